@@ -1,0 +1,1 @@
+"""tally-reconciler: transactional counters in DynamoDB and a stream reconciler for them."""
