@@ -1,0 +1,1 @@
+"""Local mode: DynamoDB Local and tables built from template.yaml."""

@@ -1,0 +1,168 @@
+"""Create local tables from template.yaml so local and deployed tables cannot disagree."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TEMPLATE_PATH = Path(
+    os.environ.get("TALLY_TEMPLATE", Path(__file__).resolve().parents[3] / "template.yaml")
+)
+
+_TAGS = (
+    "Ref",
+    "Condition",
+    "GetAtt",
+    "Sub",
+    "If",
+    "Equals",
+    "Not",
+    "And",
+    "Or",
+    "Select",
+    "Join",
+    "Split",
+    "FindInMap",
+    "ImportValue",
+    "Base64",
+    "Cidr",
+    "GetAZs",
+)
+
+
+class TemplateResourceError(KeyError):
+    """A logical id is missing from the template or is not the expected resource type."""
+
+    def __str__(self) -> str:
+        # KeyError would repr() the message; show it as written.
+        return str(self.args[0])
+
+
+class _CloudFormationLoader(yaml.SafeLoader):
+    """SafeLoader that turns short-form intrinsic tags into their long form."""
+
+
+def _intrinsic(tag: str) -> Callable[[yaml.SafeLoader, yaml.Node], dict[str, Any]]:
+    key = tag if tag in ("Ref", "Condition") else f"Fn::{tag}"
+
+    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
+        value: Any
+        if isinstance(node, yaml.ScalarNode):
+            value = loader.construct_scalar(node)
+            if tag == "GetAtt":
+                value = value.split(".", 1)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            assert isinstance(node, yaml.MappingNode)
+            value = loader.construct_mapping(node, deep=True)
+        return {key: value}
+
+    return construct
+
+
+for _tag in _TAGS:
+    _CloudFormationLoader.add_constructor(f"!{_tag}", _intrinsic(_tag))
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    """Read a CloudFormation/SAM YAML template, intrinsics in long form."""
+    with path.open() as f:
+        # A SafeLoader subclass: no arbitrary object construction.
+        template = yaml.load(f, Loader=_CloudFormationLoader)
+    if not isinstance(template, dict):
+        raise ValueError(f"{path} is not a CloudFormation template")
+    return template
+
+
+def _table_properties(template: dict[str, Any], logical_id: str) -> dict[str, Any]:
+    resource = template.get("Resources", {}).get(logical_id)
+    if resource is None:
+        raise TemplateResourceError(f"template has no resource {logical_id!r}")
+    if resource.get("Type") != "AWS::DynamoDB::Table":
+        raise TemplateResourceError(
+            f"resource {logical_id!r} is {resource.get('Type')!r}, not AWS::DynamoDB::Table"
+        )
+    properties: dict[str, Any] = resource.get("Properties", {})
+    return properties
+
+
+def _throughput(spec: dict[str, Any]) -> dict[str, int]:
+    return {
+        "ReadCapacityUnits": int(spec["ReadCapacityUnits"]),
+        "WriteCapacityUnits": int(spec["WriteCapacityUnits"]),
+    }
+
+
+def create_table_kwargs(
+    template: dict[str, Any], logical_id: str, table_name: str
+) -> dict[str, Any]:
+    """Return boto3 create_table kwargs for the template's AWS::DynamoDB::Table resource."""
+    props = _table_properties(template, logical_id)
+    # CloudFormation's default billing mode is PROVISIONED.
+    provisioned = props.get("BillingMode", "PROVISIONED") == "PROVISIONED"
+    kwargs: dict[str, Any] = {
+        "TableName": table_name,
+        "AttributeDefinitions": [
+            {"AttributeName": a["AttributeName"], "AttributeType": a["AttributeType"]}
+            for a in props["AttributeDefinitions"]
+        ],
+        "KeySchema": [
+            {"AttributeName": k["AttributeName"], "KeyType": k["KeyType"]}
+            for k in props["KeySchema"]
+        ],
+        "BillingMode": "PROVISIONED" if provisioned else "PAY_PER_REQUEST",
+    }
+    if provisioned:
+        kwargs["ProvisionedThroughput"] = _throughput(props["ProvisionedThroughput"])
+    for key in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes"):
+        indexes = []
+        for index in props.get(key, []):
+            spec = {
+                "IndexName": index["IndexName"],
+                "KeySchema": index["KeySchema"],
+                "Projection": index["Projection"],
+            }
+            if provisioned and key == "GlobalSecondaryIndexes":
+                spec["ProvisionedThroughput"] = _throughput(index["ProvisionedThroughput"])
+            indexes.append(spec)
+        if indexes:
+            kwargs[key] = indexes
+    stream = props.get("StreamSpecification")
+    if stream:
+        kwargs["StreamSpecification"] = {
+            "StreamEnabled": True,
+            "StreamViewType": stream["StreamViewType"],
+        }
+    return kwargs
+
+
+def time_to_live_attribute(template: dict[str, Any], logical_id: str) -> str | None:
+    """Return the table's TTL attribute if the template enables TTL."""
+    spec = _table_properties(template, logical_id).get("TimeToLiveSpecification")
+    if spec and str(spec.get("Enabled")).lower() == "true":
+        name: str = spec["AttributeName"]
+        return name
+    return None
+
+
+def create_table(
+    client: Any, template: dict[str, Any], logical_id: str, table_name: str
+) -> dict[str, Any]:
+    """Create the table from the template, wait for ACTIVE, enable TTL; return its description."""
+    client.create_table(**create_table_kwargs(template, logical_id, table_name))
+    client.get_waiter("table_exists").wait(
+        TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
+    )
+    ttl_attribute = time_to_live_attribute(template, logical_id)
+    if ttl_attribute:
+        client.update_time_to_live(
+            TableName=table_name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl_attribute},
+        )
+    table: dict[str, Any] = client.describe_table(TableName=table_name)["Table"]
+    return table

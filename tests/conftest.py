@@ -1,0 +1,76 @@
+"""Shared fixtures: dummy AWS settings, DynamoDB Local and throwaway tables."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from tally.local.dynamodb_local import DynamoDBLocal, endpoint_from_env, local_client_kwargs
+from tally.local.template import TEMPLATE_PATH, create_table, load_template
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/integration as an integration test."""
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION_DIR):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _dummy_aws_env() -> Iterator[None]:
+    """Point boto3 at fake credentials so no test can reach a real account by accident."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_ACCESS_KEY_ID", "testing")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        mp.delenv("AWS_SESSION_TOKEN", raising=False)
+        yield
+
+
+@pytest.fixture(scope="session")
+def dynamodb_endpoint() -> Iterator[str]:
+    """Endpoint from DYNAMODB_ENDPOINT, else one DynamoDB Local for the whole run."""
+    endpoint = endpoint_from_env()
+    if endpoint:
+        yield endpoint
+        return
+    with DynamoDBLocal() as ddb:
+        yield ddb.endpoint
+
+
+@pytest.fixture(scope="session")
+def dynamodb(dynamodb_endpoint: str) -> Any:
+    """A DynamoDB client that 16+ threads can share."""
+    config = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=64)
+    return boto3.client("dynamodb", config=config, **local_client_kwargs(dynamodb_endpoint))
+
+
+@pytest.fixture(scope="session")
+def dynamodb_streams(dynamodb_endpoint: str) -> Any:
+    """A DynamoDB Streams client on the same endpoint."""
+    return boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb_endpoint))
+
+
+@pytest.fixture(scope="session")
+def template() -> dict[str, Any]:
+    """The parsed template.yaml."""
+    return load_template(TEMPLATE_PATH)
+
+
+@pytest.fixture
+def table_name(dynamodb: Any, template: dict[str, Any]) -> Iterator[str]:
+    """A fresh table built from template.yaml's `Table` resource, deleted afterwards."""
+    name = f"tally-test-{uuid.uuid4().hex[:12]}"
+    create_table(dynamodb, template, "Table", name)
+    yield name
+    with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
+        dynamodb.delete_table(TableName=name)
