@@ -1,0 +1,267 @@
+"""Rules: the bundled example loads and classifies DESIGN's keys; bad files name rule and field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.rules import Pattern, RuleSet, RulesFileError, load_rules, parse_rules
+
+SRC_RULES = Path(__file__).resolve().parents[2] / "src" / "rules.toml"
+
+
+def likes(**overrides: Any) -> dict[str, Any]:
+    rule = {
+        "name": "likes",
+        "kind": "count",
+        "parent": {"PK": "POST#*", "SK": "META"},
+        "children": {"SK": "LIKE#*"},
+        "counter": "likeTally",
+    }
+    return rule | overrides
+
+
+def issues(**overrides: Any) -> dict[str, Any]:
+    rule = {
+        "name": "issues",
+        "kind": "sequence",
+        "parent": {"PK": "PROJECT#*", "SK": "COUNTER#ISSUE"},
+        "counter": "lastIssue",
+        "members": {"layout": "collection", "SK": "ISSUE#*"},
+    }
+    return rule | overrides
+
+
+def users(**overrides: Any) -> dict[str, Any]:
+    rule = {
+        "name": "users",
+        "kind": "sequence",
+        "parent": {"PK": "UserMetadata", "SK": "META"},
+        "counter": "LastID",
+        "members": {
+            "layout": "index",
+            "key": {"PK": "User#*"},
+            "index": "SequenceIndex",
+            "sequence_attribute": "seqName",
+            "number": "NumIdentifier",
+        },
+    }
+    return rule | overrides
+
+
+def rejected(*rules: dict[str, Any]) -> str:
+    with pytest.raises(RulesFileError) as error:
+        parse_rules({"rules": list(rules)})
+    return str(error.value)
+
+
+def roles(rule_set: RuleSet, pk: str, sk: str) -> list[tuple[str, str, dict[str, str]]]:
+    return [(m.rule.name, m.role, m.parent_key) for m in rule_set.classify({"PK": pk, "SK": sk})]
+
+
+# --- the bundled example ------------------------------------------------------------------
+
+
+@pytest.fixture
+def example(monkeypatch: pytest.MonkeyPatch) -> RuleSet:
+    monkeypatch.delenv("RULES_FILE", raising=False)
+    return load_rules()
+
+
+def test_default_rules_file_is_the_bundled_src_rules_toml(example: RuleSet) -> None:
+    from_src = load_rules(SRC_RULES)
+    assert [r.name for r in example] == [r.name for r in from_src]
+    assert [r.name for r in example] == ["likes", "order-total", "issue-numbers", "user-numbers"]
+
+
+def test_post_meta_is_the_parent_of_likes(example: RuleSet) -> None:
+    meta = {"PK": "POST#a91f", "SK": "META"}
+    assert roles(example, "POST#a91f", "META") == [("likes", "parent", meta)]
+
+
+def test_like_is_a_child_of_its_post(example: RuleSet) -> None:
+    meta = {"PK": "POST#a91f", "SK": "META"}
+    assert roles(example, "POST#a91f", "LIKE#USER#7c20") == [("likes", "child", meta)]
+
+
+def test_order_line_is_a_child_of_order_total(example: RuleSet) -> None:
+    meta = {"PK": "ORDER#17", "SK": "META"}
+    assert roles(example, "ORDER#17", "LINE#3") == [("order-total", "child", meta)]
+
+
+def test_issue_is_a_member_of_its_projects_issue_numbers(example: RuleSet) -> None:
+    counter = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
+    assert roles(example, "PROJECT#A", "ISSUE#0000000042") == [("issue-numbers", "member", counter)]
+    assert example["issue-numbers"].member_number("ISSUE#0000000042") == 42
+
+
+def test_user_profile_is_a_member_of_user_numbers(example: RuleSet) -> None:
+    counter = {"PK": "UserMetadata", "SK": "META"}
+    assert roles(example, "User#Kirk", "PROFILE") == [("user-numbers", "member", counter)]
+
+
+def test_unknown_key_matches_no_rule(example: RuleSet) -> None:
+    assert roles(example, "CART#9", "ITEM#1") == []
+    assert roles(example, "POST#a91f", "COMMENT#1") == []
+
+
+def test_collection_member_without_a_number_carries_none(example: RuleSet) -> None:
+    assert example["issue-numbers"].member_number("ISSUE#draft") is None
+
+
+def test_member_number_of_a_non_ascii_digit_suffix_is_none(example: RuleSet) -> None:
+    assert example["issue-numbers"].member_number("ISSUE#²") is None
+
+
+# --- bad files ----------------------------------------------------------------------------
+
+
+def test_unknown_field_is_named() -> None:
+    message = rejected(likes(countr="likeTally"))
+    assert "'likes'" in message and "'countr'" in message
+
+
+def test_missing_counter_is_named() -> None:
+    rule = likes()
+    del rule["counter"]
+    message = rejected(rule)
+    assert "'likes'" in message and "'counter'" in message and "required" in message
+
+
+def test_wrong_kind_is_named() -> None:
+    message = rejected(likes(kind="tally"))
+    assert "'likes'" in message and "'kind'" in message and "'tally'" in message
+
+
+def test_bad_repair_mode_is_named() -> None:
+    message = rejected(likes(repair="sometimes"))
+    assert "'likes'" in message and "'repair'" in message
+
+
+def test_star_inside_a_pattern_can_never_match() -> None:
+    message = rejected(likes(parent={"PK": "POST#*#x", "SK": "META"}))
+    assert "'likes'" in message and "'parent'" in message and "can never match" in message
+
+
+def test_empty_key_value_is_rejected() -> None:
+    message = rejected(likes(parent={"PK": "", "SK": "META"}))
+    assert "'likes'" in message and "'parent'" in message and "empty" in message
+
+
+def test_pattern_naming_a_non_key_attribute_is_rejected() -> None:
+    message = rejected(likes(parent={"PK": "POST#*", "SK": "META", "owner": "x"}))
+    assert "'likes'" in message and "'parent'" in message and "'owner'" in message
+
+
+def test_children_with_an_exact_sort_key_are_rejected() -> None:
+    message = rejected(likes(children={"SK": "LIKE"}))
+    assert "'likes'" in message and "'children'" in message and "prefix" in message
+
+
+def test_parent_with_a_prefix_sort_key_is_rejected() -> None:
+    message = rejected(likes(parent={"PK": "POST#*", "SK": "META*"}))
+    assert "'likes'" in message and "'parent'" in message and "exact" in message
+
+
+def test_overlapping_children_of_two_rules_are_rejected() -> None:
+    narrower = likes(name="user-likes", children={"SK": "LIKE#USER#*"}, counter="userLikes")
+    message = rejected(likes(), narrower)
+    assert "'user-likes'" in message and "'children'" in message and "'likes'" in message
+
+
+def test_children_overlapping_another_rules_parent_are_rejected() -> None:
+    other = likes(name="pinned", parent={"PK": "POST#*", "SK": "LIKE#PINNED"}, counter="n")
+    other["children"] = {"SK": "PIN#*"}
+    message = rejected(likes(), other)
+    assert "rule 'likes' field 'children'" in message and "parent of rule 'pinned'" in message
+
+
+def test_children_overlapping_a_parent_message_says_child() -> None:
+    other = likes(name="pinned", parent={"PK": "POST#*", "SK": "LIKE#PINNED"}, counter="n")
+    other["children"] = {"SK": "PIN#*"}
+    assert re.search(r"both parent and child\b", rejected(likes(), other))
+
+
+def test_two_rules_on_one_parent_cannot_share_a_counter() -> None:
+    bookmarks = likes(name="bookmarks", children={"SK": "BOOKMARK#*"})
+    message = rejected(likes(), bookmarks)
+    assert "'bookmarks'" in message and "'counter'" in message and "'likeTally'" in message
+
+
+def test_two_rules_on_one_parent_may_share_a_revision() -> None:
+    bookmarks = likes(name="bookmarks", children={"SK": "BOOKMARK#*"}, counter="bookmarkTally")
+    rule_set = parse_rules({"rules": [likes(revision="rev"), bookmarks | {"revision": "rev"}]})
+    parent = [m.rule.name for m in rule_set.classify({"PK": "POST#1", "SK": "META"})]
+    assert parent == ["likes", "bookmarks"]
+
+
+def test_collection_members_need_a_prefix_sort_key() -> None:
+    message = rejected(issues(members={"layout": "collection", "SK": "ISSUE#"}))
+    assert "'issues'" in message and "'members.SK'" in message and "prefix" in message
+
+
+@pytest.mark.parametrize("grace", [-1, 901])
+def test_grace_seconds_out_of_range_is_rejected(grace: int) -> None:
+    message = rejected(issues(grace_seconds=grace))
+    assert "'issues'" in message and "'grace_seconds'" in message
+
+
+def test_index_layout_needs_an_exact_counter_key() -> None:
+    message = rejected(users(parent={"PK": "UserMetadata*", "SK": "META"}))
+    assert "'users'" in message and "'parent'" in message and "exact" in message
+
+
+def test_collection_sequence_without_table_sort_key_is_a_rules_file_error() -> None:
+    raw = {
+        "table": {"partition_key": "PK", "sort_key": None},
+        "rules": [issues(parent={"PK": "PROJECT#*"})],
+    }
+    with pytest.raises(RulesFileError, match=r"'members\.layout'"):
+        parse_rules(raw)
+
+
+def test_bad_rule_in_a_toml_file_names_file_rule_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        '[[rules]]\nname = "likes"\nkind = "count"\nparent = { PK = "POST#*", SK = "META" }\n'
+        'children = { SK = "LIKE#*" }\ncountr = "likeTally"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(RulesFileError) as error:
+        load_rules(path)
+    message = str(error.value)
+    assert str(path) in message and "'likes'" in message and "'countr'" in message
+
+
+def test_invalid_toml_syntax_is_a_rules_file_error(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_text('[[rules]]\nname = "likes\n', encoding="utf-8")
+    with pytest.raises(RulesFileError, match=r"rules\.toml"):
+        load_rules(path)
+
+
+def test_missing_rules_file_is_a_rules_file_error(tmp_path: Path) -> None:
+    with pytest.raises(RulesFileError, match=r"absent\.toml"):
+        load_rules(tmp_path / "absent.toml")
+
+
+# --- patterns -----------------------------------------------------------------------------
+
+text = st.text(alphabet=st.characters(blacklist_characters="*"), max_size=12)
+pattern_text = st.one_of(text.filter(bool), text.map(lambda t: t + "*"))
+
+
+@given(prefix=text, suffix=text)
+def test_a_prefix_pattern_matches_everything_it_starts(prefix: str, suffix: str) -> None:
+    assert Pattern.parse(prefix + "*").matches(prefix + suffix)
+
+
+@given(a=pattern_text, b=pattern_text)
+def test_overlaps_is_symmetric(a: str, b: str) -> None:
+    first, second = Pattern.parse(a), Pattern.parse(b)
+    assert first.overlaps(second) == second.overlaps(first)
