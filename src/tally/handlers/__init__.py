@@ -1,0 +1,1 @@
+"""Lambda entry points: parse, call domain code, shape the response."""

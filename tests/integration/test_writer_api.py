@@ -1,0 +1,295 @@
+"""The writer HTTP API in process: API Gateway HTTP API v2 events against DynamoDB Local."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+import tally.settings
+from tally.handlers import writer_api
+from tally.observability import metrics
+
+_ser, _de = TypeSerializer(), TypeDeserializer()
+POST = {"PK": "POST#a91f", "SK": "META"}
+LIKE = {"PK": "POST#a91f", "SK": "LIKE#USER#7c20"}
+ORDER = {"PK": "ORDER#17", "SK": "META"}
+LINE = {"PK": "ORDER#17", "SK": "LINE#3"}
+
+
+@dataclass
+class FakeContext:
+    function_name: str = "tally-writer"
+    memory_limit_in_mb: int = 512
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:tally-writer"
+    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
+
+
+def http_event(
+    method: str, path: str, body: Any, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """An API Gateway HTTP API (payload v2) event; a str body is sent as is, else as JSON."""
+    request_id = str(uuid.uuid4())
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "",
+        # API Gateway lowercases header names in payload v2.
+        "headers": {
+            "content-type": "application/json",
+            **{name.lower(): value for name, value in (headers or {}).items()},
+        },
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "api",
+            "domainName": "api.example.com",
+            "http": {
+                "method": method,
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": "127.0.0.1",
+                "userAgent": "pytest",
+            },
+            "requestId": request_id,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "01/Jan/2025:00:00:00 +0000",
+            "timeEpoch": 1735689600000,
+        },
+        "body": body if isinstance(body, str) else json.dumps(body),
+        "isBase64Encoded": False,
+    }
+
+
+@pytest.fixture
+def call(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table_name: str) -> Iterator[Any]:
+    """Invoke the handler; returns (status, parsed JSON body)."""
+    monkeypatch.setenv("TABLE_NAME", table_name)
+    monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
+    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "tally")
+    monkeypatch.delenv("RULES_FILE", raising=False)
+    # Metrics reads its namespace when first imported, possibly before this fixture ran.
+    monkeypatch.setattr(metrics, "namespace", "TallyTest")
+    tally.settings.settings.cache_clear()
+    writer_api._writers.cache_clear()
+
+    def invoke(
+        method: str, path: str, body: Any, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        response = writer_api.handler(http_event(method, path, body, headers), FakeContext())
+        return response["statusCode"], json.loads(response["body"])
+
+    yield invoke
+    tally.settings.settings.cache_clear()
+    writer_api._writers.cache_clear()
+
+
+def put(dynamodb: Any, table: str, item: dict[str, Any]) -> None:
+    dynamodb.put_item(TableName=table, Item={k: _ser.serialize(v) for k, v in item.items()})
+
+
+def get(dynamodb: Any, table: str, key: dict[str, str]) -> dict[str, Any] | None:
+    response = dynamodb.get_item(
+        TableName=table, Key={k: _ser.serialize(v) for k, v in key.items()}, ConsistentRead=True
+    )
+    item = response.get("Item")
+    return {k: _de.deserialize(v) for k, v in item.items()} if item else None
+
+
+@pytest.fixture
+def post(dynamodb: Any, table_name: str) -> dict[str, str]:
+    put(dynamodb, table_name, {**POST, "likeTally": 0})
+    return POST
+
+
+@pytest.fixture
+def order(dynamodb: Any, table_name: str) -> dict[str, str]:
+    put(dynamodb, table_name, {**ORDER, "total": 0})
+    return ORDER
+
+
+def like_tally(dynamodb: Any, table: str) -> Any:
+    return (get(dynamodb, table, POST) or {}).get("likeTally")
+
+
+# --- POST /children -----------------------------------------------------------------------
+
+
+def test_add_child_creates_it_and_counts_it(call, post, dynamodb, table_name) -> None:
+    status, body = call("POST", "/children", {"key": LIKE})
+    assert (status, body["outcome"], body["replayed"]) == (201, "created", False)
+    assert like_tally(dynamodb, table_name) == 1
+    assert get(dynamodb, table_name, LIKE) is not None
+
+
+def test_same_like_again_without_a_key_is_a_conflict(call, post, dynamodb, table_name) -> None:
+    call("POST", "/children", {"key": LIKE})
+    status, body = call("POST", "/children", {"key": LIKE})
+    assert (status, body["outcome"]) == (409, "already_present")
+    assert like_tally(dynamodb, table_name) == 1
+
+
+def test_retry_with_the_same_idempotency_key_replays(call, post, dynamodb, table_name) -> None:
+    headers = {"Idempotency-Key": "like-7c20-a91f"}
+    first = call("POST", "/children", {"key": LIKE}, headers)
+    status, body = call("POST", "/children", {"key": LIKE}, headers)
+    assert first[0] == 201
+    assert (status, body["outcome"], body["replayed"]) == (201, "created", True)
+    assert like_tally(dynamodb, table_name) == 1
+
+
+def test_add_child_keeps_its_attributes(call, post, dynamodb, table_name) -> None:
+    call("POST", "/children", {"key": LIKE, "attributes": {"by": "7c20"}})
+    assert (get(dynamodb, table_name, LIKE) or {}).get("by") == "7c20"
+
+
+def test_add_child_of_a_missing_parent_writes_nothing(call, dynamodb, table_name) -> None:
+    status, body = call("POST", "/children", {"key": LIKE})
+    assert status == 404
+    assert body["key"] == POST
+    assert get(dynamodb, table_name, LIKE) is None
+    assert get(dynamodb, table_name, POST) is None
+
+
+def test_body_that_is_not_json_is_a_bad_request(call, post) -> None:
+    status, body = call("POST", "/children", "{not json")
+    assert status == 400
+    assert "not JSON" in body["error"]
+
+
+def test_missing_key_is_a_bad_request_naming_key(call, post) -> None:
+    status, body = call("POST", "/children", {"attributes": {}})
+    assert status == 400
+    assert "'key'" in body["error"]
+
+
+def test_unknown_field_is_a_bad_request_naming_it(call, post, dynamodb, table_name) -> None:
+    status, body = call("POST", "/children", {"key": LIKE, "colour": "red"})
+    assert status == 400
+    assert "'colour'" in body["error"]
+    assert get(dynamodb, table_name, LIKE) is None
+
+
+def test_key_matching_no_rule_is_a_bad_request(call, post, dynamodb, table_name) -> None:
+    stray = {"PK": "POST#a91f", "SK": "COMMENT#1"}
+    status, body = call("POST", "/children", {"key": stray})
+    assert status == 400
+    assert "COMMENT#1" in body["error"]
+    assert get(dynamodb, table_name, stray) is None
+    assert like_tally(dynamodb, table_name) == 0
+
+
+def test_string_counter_is_a_conflict_and_writes_nothing(call, dynamodb, table_name) -> None:
+    put(dynamodb, table_name, {**POST, "likeTally": "many"})
+    status, body = call("POST", "/children", {"key": LIKE})
+    assert status == 409
+    assert "'likeTally'" in body["error"]
+    assert get(dynamodb, table_name, LIKE) is None
+    assert like_tally(dynamodb, table_name) == "many"
+
+
+# --- DELETE /children ---------------------------------------------------------------------
+
+
+def test_delete_removes_once_then_is_not_found(call, post, dynamodb, table_name) -> None:
+    call("POST", "/children", {"key": LIKE})
+    first = call("DELETE", "/children", {"key": LIKE})
+    second = call("DELETE", "/children", {"key": LIKE})
+    assert (first[0], first[1]["outcome"]) == (200, "removed")
+    assert (second[0], second[1]["outcome"]) == (404, "not_present")
+    assert like_tally(dynamodb, table_name) == 0
+    assert get(dynamodb, table_name, LIKE) is None
+
+
+def test_like_unlike_like_counts_one(call, post, dynamodb, table_name) -> None:
+    call("POST", "/children", {"key": LIKE})
+    call("DELETE", "/children", {"key": LIKE})
+    status, _ = call("POST", "/children", {"key": LIKE})
+    assert status == 201
+    assert like_tally(dynamodb, table_name) == 1
+
+
+# --- sums ---------------------------------------------------------------------------------
+
+
+def line_json(sk: str, amount: str, field: str = "attributes") -> str:
+    """A body with the amount as literal JSON text, so it never passes through a float."""
+    value = f'{{"amount": {amount}}}' if field == "attributes" else amount
+    return f'{{"key": {{"PK": "ORDER#17", "SK": "{sk}"}}, "{field}": {value}}}'
+
+
+def test_patch_changes_amount_and_total_exactly(call, order, dynamodb, table_name) -> None:
+    call("POST", "/children", line_json("LINE#3", "10.10"))
+    call("POST", "/children", line_json("LINE#4", "0.20"))
+    assert (get(dynamodb, table_name, ORDER) or {})["total"] == Decimal("10.30")
+    status, body = call("PATCH", "/children", line_json("LINE#3", "0.05", field="amount"))
+    assert (status, body["outcome"]) == (200, "changed")
+    assert (get(dynamodb, table_name, LINE) or {})["amount"] == Decimal("0.05")
+    assert (get(dynamodb, table_name, ORDER) or {})["total"] == Decimal("0.25")
+
+
+def test_float_looking_json_number_stays_exact(call, order, dynamodb, table_name) -> None:
+    call("POST", "/children", line_json("LINE#3", "0.1"))
+    assert (get(dynamodb, table_name, LINE) or {})["amount"] == Decimal("0.1")
+    assert (get(dynamodb, table_name, ORDER) or {})["total"] == Decimal("0.1")
+
+
+def test_patch_on_a_count_child_is_a_bad_request(call, post, dynamodb, table_name) -> None:
+    call("POST", "/children", {"key": LIKE})
+    status, body = call("PATCH", "/children", {"key": LIKE, "amount": 3})
+    assert status == 400
+    assert "'likes'" in body["error"]
+    assert like_tally(dynamodb, table_name) == 1
+
+
+# --- POST /allocations --------------------------------------------------------------------
+
+PROJECT = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
+
+
+def test_gapless_allocations_hand_out_consecutive_numbers(call, dynamodb, table_name) -> None:
+    first = call("POST", "/allocations", {"counter": PROJECT})
+    second = call("POST", "/allocations", {"counter": PROJECT})
+    assert (first[0], first[1]["numbers"]) == (201, [1])
+    assert (second[0], second[1]["numbers"]) == (201, [2])
+    assert (get(dynamodb, table_name, PROJECT) or {})["lastIssue"] == 2
+    assert get(dynamodb, table_name, {"PK": "PROJECT#A", "SK": "ISSUE#0000000002"}) is not None
+
+
+def test_block_allocation_continues_the_sequence(call, dynamodb, table_name) -> None:
+    call("POST", "/allocations", {"counter": PROJECT})
+    call("POST", "/allocations", {"counter": PROJECT})
+    status, body = call(
+        "POST", "/allocations", {"counter": PROJECT, "strategy": "block", "count": 3}
+    )
+    assert (status, body["numbers"]) == (201, [3, 4, 5])
+    assert (get(dynamodb, table_name, PROJECT) or {})["lastIssue"] == 5
+
+
+def test_block_of_100_is_a_bad_request_naming_count(call, dynamodb, table_name) -> None:
+    request = {"counter": PROJECT, "strategy": "block", "count": 100}
+    status, body = call("POST", "/allocations", request)
+    assert status == 400
+    assert "'count'" in body["error"]
+    assert get(dynamodb, table_name, PROJECT) is None
+
+
+def test_natural_key_member_twice_keeps_its_number(call, dynamodb, table_name) -> None:
+    request = {
+        "counter": {"PK": "UserMetadata", "SK": "META"},
+        "member_key": {"PK": "User#Kirk", "SK": "PROFILE"},
+    }
+    first = call("POST", "/allocations", request)
+    second = call("POST", "/allocations", request)
+    assert first[0] == 201 and second[0] == 409
+    assert second[1]["outcome"] == "already_present"
+    assert second[1]["numbers"] == first[1]["numbers"]
+    assert (get(dynamodb, table_name, {"PK": "UserMetadata", "SK": "META"}) or {})["LastID"] == 1
