@@ -30,7 +30,7 @@ from tally.local.dynamodb_local import (
     local_client_kwargs,
 )
 from tally.local.template import TEMPLATE_PATH, create_table, load_template
-from tally.rules import CollectionMembers, SequenceRule, load_rules
+from tally.rules import CollectionMembers, RuleSet, SequenceRule, load_rules
 from tally.writers.sequences import SequenceAllocator, Strategy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,6 +174,31 @@ def table_text(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
+def measure(
+    external: str | None, rules: RuleSet, case: tuple[str, Strategy, int], clients: int, secs: float
+) -> Cell:
+    """One cell on its own table, and on its own DynamoDB Local unless one was given.
+
+    DynamoDB Local's transactions slow down as it accumulates history, so a shared instance
+    would penalise whichever cells run last; a fresh one per cell keeps the ratios fair.
+    """
+    rule = rules[RULE]
+    assert isinstance(rule, SequenceRule)
+    with contextlib.ExitStack() as stack:
+        endpoint = external or stack.enter_context(DynamoDBLocal()).endpoint
+        # One client for all threads: RETRY_CONFIG's pool of 64 keeps 16 threads from queueing.
+        client = boto3.client("dynamodb", config=RETRY_CONFIG, **local_client_kwargs(endpoint))
+        table = f"tally-bench-{uuid.uuid4().hex[:12]}"
+        create_table(client, load_template(TEMPLATE_PATH), "Table", table)
+        stack.callback(client.delete_table, TableName=table)
+        allocator = SequenceAllocator(client, table, rules)
+        # Untimed warm-up: a cold JVM would otherwise slow the measurement.
+        run_cell(allocator, case, 4, min(secs, 1.0))
+        cell, returned = run_cell(allocator, case, clients, secs)
+        verify(allocator, rule, cell, returned)
+    return cell
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every cell, print the table and the goal, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -183,29 +208,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     concurrency = [int(n) for n in args.clients.split(",")]
     rules = load_rules(REPO / "src/rules.toml")
-    rule = rules[RULE]
-    assert isinstance(rule, SequenceRule)
 
-    with contextlib.ExitStack() as stack:
-        endpoint = external = endpoint_from_env()
-        if endpoint is None:
-            endpoint = stack.enter_context(DynamoDBLocal()).endpoint
-        # One client for all threads: RETRY_CONFIG's pool of 64 keeps 16 threads from queueing.
-        client = boto3.client("dynamodb", config=RETRY_CONFIG, **local_client_kwargs(endpoint))
-        table = f"tally-bench-{uuid.uuid4().hex[:12]}"
-        create_table(client, load_template(TEMPLATE_PATH), "Table", table)
-        stack.callback(client.delete_table, TableName=table)
-        allocator = SequenceAllocator(client, table, rules)
-        # Untimed warm-up: a cold JVM would otherwise slow whichever cell runs first.
+    external = endpoint_from_env()
+    cells = []
+    for clients in concurrency:
         for case in CELLS:
-            run_cell(allocator, case, 4, min(args.seconds, 1.0))
-        cells = []
-        for clients in concurrency:
-            for case in CELLS:
-                cell, returned = run_cell(allocator, case, clients, args.seconds)
-                verify(allocator, rule, cell, returned)
-                print(f"  {cell.strategy} x{clients}: {cell.verdict}", file=sys.stderr)
-                cells.append(cell)
+            cell = measure(external, rules, case, clients, args.seconds)
+            print(f"  {cell.strategy} x{clients}: {cell.verdict}", file=sys.stderr)
+            cells.append(cell)
 
     baseline = {c.clients: c.numbers_per_s for c in cells if c.strategy == "gapless"}
     for c in cells:
