@@ -6,6 +6,7 @@ import argparse
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -331,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             print(ensure_installed())
             return 0
+        # SIGTERM unwinds like Ctrl-C, so the context manager stops Java too.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         with DynamoDBLocal(port=args.port) as ddb:
             print(f"DynamoDB Local {VERSION} at {ddb.endpoint} (Ctrl-C stops)", flush=True)
             return ddb.wait()
