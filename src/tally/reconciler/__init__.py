@@ -1,0 +1,1 @@
+"""The reconciler: verifies counters against their children from the table's stream."""

@@ -1,0 +1,60 @@
+"""Rechecks: a parent or sequence to verify again later, through an SQS delay queue."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+# SQS refuses a DelaySeconds outside 0..900 (15 minutes).
+MAX_DELAY_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """Verify ``rule`` on the parent or counter at ``key``; ``counter_seen`` bounds a gap check."""
+
+    rule: str
+    key: dict[str, str]
+    counter_seen: int
+    reason: str
+
+
+class RecheckQueue:
+    """Sends rechecks to the recheck queue."""
+
+    def __init__(self, sqs_client: Any, queue_url: str):
+        self.sqs = sqs_client
+        self.queue_url = queue_url
+
+    def schedule(self, recheck: Recheck, delay_seconds: int) -> None:
+        """Deliver the recheck after ``delay_seconds``, clamped to what SQS allows."""
+        self.sqs.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=json.dumps(asdict(recheck), sort_keys=True),
+            DelaySeconds=max(0, min(MAX_DELAY_SECONDS, delay_seconds)),
+        )
+
+
+class _RecheckBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    rule: str = Field(min_length=1)
+    key: dict[str, str] = Field(min_length=1)
+    counter_seen: int = Field(ge=0)
+    reason: str
+
+
+def parse_recheck(body: str) -> Recheck:
+    """The recheck in an SQS message body; ValueError naming the field when it is malformed."""
+    try:
+        parsed = _RecheckBody.model_validate_json(body)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in e['loc']) or 'body'}: {e['msg']}"
+            for e in error.errors()
+        )
+        raise ValueError(f"bad recheck message: {problems}") from error
+    return Recheck(parsed.rule, parsed.key, parsed.counter_seen, parsed.reason)

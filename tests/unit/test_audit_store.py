@@ -1,0 +1,236 @@
+"""The audit store against moto: idempotent findings, claims, watermarks, transactional logs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from tally.reconciler.audit_store import ALERT_TTL, AuditStore
+from tally.reconciler.findings import Finding, Repair
+from tally.writers.transactions import serialize
+
+TABLE = "audit"
+KEY = {"PK": "POST#a91f", "SK": "META"}
+
+
+class Clock:
+    """A settable clock, so expiry is tested without sleeping."""
+
+    def __init__(self, now: float = 1_700_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def client() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb")
+        client.create_table(
+            TableName=TABLE,
+            AttributeDefinitions=[
+                {"AttributeName": "PK", "AttributeType": "S"},
+                {"AttributeName": "SK", "AttributeType": "S"},
+            ],
+            KeySchema=[
+                {"AttributeName": "PK", "KeyType": "HASH"},
+                {"AttributeName": "SK", "KeyType": "RANGE"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(client: Any, clock: Clock) -> AuditStore:
+    return AuditStore(client, TABLE, clock)
+
+
+def drift(stored: int = 7, actual: int = 5, **overrides: Any) -> Finding:
+    fields: dict[str, Any] = {
+        "kind": "drift",
+        "rule": "likes",
+        "table": "t",
+        "key": KEY,
+        "attribute": "likeTally",
+        "stored": Decimal(stored),
+        "actual": Decimal(actual),
+    }
+    return Finding(**(fields | overrides))
+
+
+def items(client: Any) -> list[dict[str, Any]]:
+    return list(client.scan(TableName=TABLE, ConsistentRead=True)["Items"])
+
+
+def test_a_finding_is_stored_once_under_its_parent(store: AuditStore, client: Any) -> None:
+    finding = drift(first_seen="2024-05-01T10:00:00.000Z")
+    store.record_finding(finding)
+    store.record_finding(finding)
+
+    [item] = items(client)
+    assert item["PK"] == {"S": 'PARENT#likes#{"PK":"POST#a91f","SK":"META"}'}
+    assert item["SK"] == {"S": f"FINDING#{finding.finding_id}"}
+    assert item["stored"] == {"N": "7"}
+    assert item["key"] == {"M": {"PK": {"S": "POST#a91f"}, "SK": {"S": "META"}}}
+    assert item["firstSeen"] == {"S": "2024-05-01T10:00:00.000Z"}
+    assert item["repairStatus"] == {"S": "skipped"}
+    assert item["expiresAt"] == {"N": str(1_700_000_000 + 90 * 86_400)}
+
+
+def test_the_parent_key_is_canonical_whatever_the_key_order(store: AuditStore) -> None:
+    store.record_finding(drift(key={"SK": "META", "PK": "POST#a91f"}))
+    store.record_finding(drift(key=KEY, detected_at="2030-01-01T00:00:00.000Z"))
+
+    assert len(store.findings()) == 1
+
+
+def test_findings_come_back_newest_first_with_parsed_bodies(store: AuditStore) -> None:
+    old = drift(7, 5, detected_at="2024-05-01T10:00:00.000Z")
+    new = drift(9, 5, detected_at="2024-05-02T10:00:00.000Z")
+    void = Repair("applied", "VOID tombstone written", None, "VOID")
+    gap = drift(3, 5, kind="gap", number=4, detected_at="2024-05-03T10:00:00.000Z", repair=void)
+    for finding in (old, gap, new):
+        store.record_finding(finding)
+    store.record_repair(old, Repair("skipped", "rule is alert-only"))
+
+    found = store.findings()
+    assert [f["body"] for f in found] == [gap.body(), new.body(), old.body()]
+    assert found[0]["repairStatus"] == "applied"
+    assert found[0]["stored"] == Decimal(3)
+    assert [f["body"] for f in store.findings("drift")] == [new.body(), old.body()]
+    assert store.findings("orphans") == []
+
+
+class OnePerPage:
+    """The client, but every Scan page holds one item: pagination must be followed."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    def scan(self, **request: Any) -> Any:
+        return self.client.scan(Limit=1, **request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def test_findings_and_repairs_follow_scan_pages(client: Any, clock: Clock) -> None:
+    store = AuditStore(OnePerPage(client), TABLE, clock)
+    for stored in range(6, 10):
+        store.record_finding(drift(stored, 5))
+        store.record_repair(drift(stored, 5), Repair("skipped", "alert-only"))
+        store.claim_alert(f"f{stored}")
+
+    assert sorted(f["stored"] for f in store.findings()) == [6, 7, 8, 9]
+    assert len(store.repairs()) == 4
+
+
+def test_an_alert_is_claimed_once_until_released(store: AuditStore) -> None:
+    assert store.claim_alert("f1") is True
+    assert store.claim_alert("f1") is False
+    assert store.claim_alert("f2") is True
+
+    store.release_alert("f1")
+    assert store.claim_alert("f1") is True
+
+
+def test_an_expired_claim_does_not_block_even_before_ttl_deletes_it(
+    store: AuditStore, clock: Clock
+) -> None:
+    assert store.claim_alert("f1") is True
+    clock.now += ALERT_TTL
+    assert store.claim_alert("f1") is False  # expires at this very second: still held
+    clock.now += 1
+    assert store.claim_alert("f1") is True
+    assert store.claim_alert("f1") is False
+
+
+def test_the_watermark_only_moves_forward(store: AuditStore) -> None:
+    key = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
+    assert store.watermark("issues", key) == 0
+
+    assert store.advance_watermark("issues", key, 5) is True
+    assert store.advance_watermark("issues", key, 3) is False
+    assert store.advance_watermark("issues", key, 5) is False
+    assert store.watermark("issues", {"SK": "COUNTER#ISSUE", "PK": "PROJECT#A"}) == 5
+    assert store.advance_watermark("issues", key, 8) is True
+
+    assert store.watermark("issues", key) == 8
+    assert store.watermark("issues", {"PK": "PROJECT#B", "SK": "COUNTER#ISSUE"}) == 0
+    assert store.watermark("other", key) == 0
+
+
+def _set_counter(value: int) -> dict[str, Any]:
+    return {
+        "Update": {
+            "TableName": TABLE,
+            "Key": serialize({"PK": "COUNTER", "SK": "X"}),
+            "UpdateExpression": "ADD hits :one",
+            "ExpressionAttributeValues": serialize({":one": value}),
+        }
+    }
+
+
+def test_a_repair_log_commits_with_its_repair_and_only_once(store: AuditStore, client: Any) -> None:
+    finding = drift()
+    repair = Repair("applied", "counter set to the settled recount", Decimal(7), Decimal(5))
+    log = store.repair_put(finding, repair)
+    assert log["Put"]["ConditionExpression"] == "attribute_not_exists(PK)"
+
+    client.transact_write_items(TransactItems=[_set_counter(1), log])
+    with pytest.raises(ClientError) as cancelled:
+        client.transact_write_items(TransactItems=[_set_counter(1), log])
+
+    reasons = cancelled.value.response["CancellationReasons"]
+    assert [r["Code"] for r in reasons] == ["None", "ConditionalCheckFailed"]
+    counter = client.get_item(TableName=TABLE, Key=serialize({"PK": "COUNTER", "SK": "X"}))
+    assert counter["Item"]["hits"] == {"N": "1"}
+    [entry] = store.repairs()
+    assert entry["SK"] == f"REPAIR#2023-11-14T22:13:20.000Z#{finding.finding_id}"
+    assert entry["PK"] == 'PARENT#likes#{"PK":"POST#a91f","SK":"META"}'
+    assert (entry["status"], entry["before"], entry["after"]) == ("applied", 7, 5)
+    assert entry["findingId"] == finding.finding_id
+    assert entry["expiresAt"] == 1_700_000_000 + 365 * 86_400
+
+
+def test_repairs_without_a_table_write_are_logged_newest_first(
+    store: AuditStore, clock: Clock
+) -> None:
+    store.record_repair(drift(), Repair("dry_run", "dry run", Decimal(7), Decimal(5)))
+    clock.now += 1.5
+    store.record_repair(drift(), Repair("disabled", "kill switch is on"))
+
+    logged = store.repairs()
+    assert [(r["status"], r["before"], r["after"]) for r in logged] == [
+        ("disabled", None, None),
+        ("dry_run", 7, 5),
+    ]
+    assert logged[0]["at"] == "2023-11-14T22:13:21.500Z"
+    assert store.findings() == []
+
+
+def test_a_ttl_marker_lets_a_decrement_commit_once(store: AuditStore, client: Any) -> None:
+    marker = store.ttl_marker_put("event-1")
+    client.transact_write_items(TransactItems=[_set_counter(-1), marker])
+    with pytest.raises(ClientError):
+        client.transact_write_items(TransactItems=[_set_counter(-1), marker])
+    client.transact_write_items(TransactItems=[_set_counter(-1), store.ttl_marker_put("event-2")])
+
+    counter = client.get_item(TableName=TABLE, Key=serialize({"PK": "COUNTER", "SK": "X"}))
+    assert counter["Item"]["hits"] == {"N": "-2"}
+    markers = [i for i in items(client) if i["PK"]["S"].startswith("TTL#")]
+    assert {m["SK"]["S"] for m in markers} == {"APPLIED"}
+    assert {m["expiresAt"]["N"] for m in markers} == {str(1_700_000_000 + 2 * 86_400)}

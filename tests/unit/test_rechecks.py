@@ -1,0 +1,91 @@
+"""Rechecks: SQS round trip, delay clamping, and bodies that name the bad field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from tally.reconciler.rechecks import Recheck, RecheckQueue, parse_recheck
+
+RECHECK = Recheck(
+    rule="issues",
+    key={"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"},
+    counter_seen=42,
+    reason="unbalanced",
+)
+QUEUE_URL = "https://sqs.us-east-1.amazonaws.com/123456789012/rechecks"
+
+
+@pytest.fixture
+def sqs() -> Iterator[Any]:
+    with mock_aws():
+        yield boto3.client("sqs")
+
+
+def test_a_scheduled_recheck_comes_back_as_itself(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="rechecks")["QueueUrl"]
+    RecheckQueue(sqs, url).schedule(RECHECK, 0)
+
+    [message] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert parse_recheck(message["Body"]) == RECHECK
+
+
+def test_a_delayed_recheck_is_not_visible_yet(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="rechecks")["QueueUrl"]
+    RecheckQueue(sqs, url).schedule(RECHECK, 60)
+
+    assert sqs.receive_message(QueueUrl=url).get("Messages", []) == []
+
+
+@pytest.mark.parametrize(("asked", "sent"), [(-5, 0), (0, 0), (300, 300), (900, 900), (3600, 900)])
+def test_the_delay_is_clamped_to_what_sqs_accepts(asked: int, sent: int) -> None:
+    client = boto3.client("sqs")
+    with Stubber(client) as stubber:
+        stubber.add_response(
+            "send_message",
+            {"MessageId": "m1", "MD5OfMessageBody": "x"},
+            {"QueueUrl": QUEUE_URL, "MessageBody": _body(), "DelaySeconds": sent},
+        )
+        RecheckQueue(client, QUEUE_URL).schedule(RECHECK, asked)
+        stubber.assert_no_pending_responses()
+
+
+def _body(**changes: Any) -> str:
+    body: dict[str, Any] = {
+        "rule": RECHECK.rule,
+        "key": RECHECK.key,
+        "counter_seen": RECHECK.counter_seen,
+        "reason": RECHECK.reason,
+    }
+    body |= changes
+    return json.dumps({k: v for k, v in body.items() if v is not ...}, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (_body(counter_seen=...), "counter_seen"),
+        (_body(counter_seen="42"), "counter_seen"),
+        (_body(counter_seen=-1), "counter_seen"),
+        (_body(counter_seen=4.5), "counter_seen"),
+        (_body(rule=""), "rule"),
+        (_body(key={}), "key"),
+        (_body(key={"PK": 7}), "key.PK"),
+        (_body(reason=None), "reason"),
+        (_body(surprise=True), "surprise"),
+    ],
+)
+def test_a_bad_body_names_the_field(body: str, field: str) -> None:
+    with pytest.raises(ValueError, match=rf"\b{field}: "):
+        parse_recheck(body)
+
+
+def test_a_body_that_is_not_json_says_so() -> None:
+    with pytest.raises(ValueError, match="body: Invalid JSON"):
+        parse_recheck("{not json")
