@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,11 @@ from tally.local.dynamodb_local import DynamoDBLocal, endpoint_from_env, local_c
 from tally.local.template import TEMPLATE_PATH, create_table, load_template
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+# Powertools reads these when the handler modules are first imported.
+os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "tally")
+os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
+os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -13,11 +13,19 @@ from botocore.config import Config
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=64)
 
 
-def dynamodb_client(**overrides: Any) -> Any:
-    """A DynamoDB client; ``DYNAMODB_ENDPOINT`` (or boto3's own variable) selects a local engine."""
-    endpoint = os.environ.get("DYNAMODB_ENDPOINT")
+def client(service: str, **overrides: Any) -> Any:
+    """A client for ``service``; ``DYNAMODB_ENDPOINT`` selects a local DynamoDB engine.
+
+    Other local endpoints come from boto3's own ``AWS_ENDPOINT_URL_<SERVICE>`` variables.
+    """
     kwargs: dict[str, Any] = {"config": RETRY_CONFIG}
-    if endpoint:
+    endpoint = os.environ.get("DYNAMODB_ENDPOINT")
+    if endpoint and service in ("dynamodb", "dynamodbstreams"):
         kwargs["endpoint_url"] = endpoint
     kwargs.update(overrides)
-    return boto3.client("dynamodb", **kwargs)
+    factory: Any = boto3.client  # typed overloads want a literal service name
+    return factory(service, **kwargs)
+
+
+def dynamodb_client(**overrides: Any) -> Any:
+    return client("dynamodb", **overrides)

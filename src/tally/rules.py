@@ -118,6 +118,8 @@ class _RuleBase(_Strict):
 
 class _TallyRule(_RuleBase):
     children: dict[str, str]
+    # "decrement": a child removed by TTL is a legitimate decrement the reconciler applies.
+    on_ttl_expiry: Literal["alert", "decrement"] = "alert"
 
     @field_validator("children")
     @classmethod

@@ -9,12 +9,27 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Settings(BaseModel):
-    """What every function reads from its environment."""
+    """What the functions read from their environment; each reads the part it needs."""
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     table_name: str = Field(alias="TABLE_NAME", min_length=3, max_length=255)
     rules_file: str | None = Field(default=None, alias="RULES_FILE")
+    audit_table_name: str | None = Field(default=None, alias="AUDIT_TABLE_NAME")
+    alert_topic_arn: str | None = Field(default=None, alias="ALERT_TOPIC_ARN")
+    recheck_queue_url: str | None = Field(default=None, alias="RECHECK_QUEUE_URL")
+    # The global kill switch: false stops every repair write; findings still alert.
+    repairs_enabled: bool = Field(default=True, alias="REPAIRS_ENABLED")
+    dry_run: bool = Field(default=False, alias="DRY_RUN")
+    repair_budget: int = Field(default=25, ge=0, alias="REPAIR_BUDGET")
+
+    def require(self, name: str) -> str:
+        """A setting the calling function cannot work without; names the variable if unset."""
+        value = getattr(self, name)
+        if not value:
+            alias = type(self).model_fields[name].alias
+            raise RuntimeError(f"environment variable {alias} is not set")
+        return str(value)
 
 
 @lru_cache(maxsize=1)

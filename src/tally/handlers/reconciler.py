@@ -1,0 +1,38 @@
+"""Stream handler: verify each batch as a whole, report failed records exactly.
+
+The batch is the unit of work (one recount per parent per batch), so instead of a
+per-record handler it returns Lambda's partial batch response itself: the first record of
+every group that could not be verified, so Lambda retries from there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tally.observability import logger, metrics, tracer
+from tally.reconciler.runtime import emit_metrics, reconciler
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics(capture_cold_start_metric=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    checker = reconciler()
+    failed = checker.verify_batch(event.get("Records") or [])
+    for finding in checker.log:
+        logger.warning(
+            "finding",
+            extra={
+                "kind": finding.kind,
+                "rule": finding.rule,
+                "key": finding.key,
+                "repair": finding.repair.status if finding.repair else None,
+                "sequence_numbers": [e.sequence_number for e in finding.evidence],
+            },
+        )
+    if failed:
+        logger.error("groups left for retry", extra={"sequence_numbers": failed})
+    emit_metrics(checker)
+    return {"batchItemFailures": [{"itemIdentifier": number} for number in failed]}

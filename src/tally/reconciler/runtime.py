@@ -1,0 +1,78 @@
+"""Wiring for the Lambda handlers: clients once per cold start, a Reconciler per invocation."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
+
+from tally.aws import client
+from tally.observability import metrics
+from tally.reconciler.alerts import AlertPublisher
+from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.rechecks import RecheckQueue
+from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.table import TallyTable
+from tally.reconciler.verification import Reconciler, Stats
+from tally.rules import RuleSet, load_rules
+from tally.settings import settings
+
+
+@lru_cache(maxsize=1)
+def rules() -> RuleSet:
+    """The bundled rules file, validated at cold start."""
+    return load_rules(settings().rules_file)
+
+
+@lru_cache(maxsize=1)
+def _clients() -> tuple[Any, Any, Any]:
+    return client("dynamodb"), client("sns"), client("sqs")
+
+
+def reconciler() -> Reconciler:
+    """A fresh Reconciler: its stats and repair budget are per invocation."""
+    env = settings()
+    dynamodb, sns, sqs = _clients()
+    store = AuditStore(dynamodb, env.require("audit_table_name"))
+    return Reconciler(
+        rules(),
+        TallyTable(dynamodb, env.table_name, rules()),
+        store,
+        AlertPublisher(sns, env.require("alert_topic_arn"), store),
+        RecheckQueue(sqs, env.require("recheck_queue_url")),
+        RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
+    )
+
+
+def emit_metrics(checker: Reconciler) -> None:
+    """The invocation's numbers as EMF metrics (flushed by the handler's log_metrics)."""
+    stats: Stats = checker.stats
+    reads = checker.table.reads
+    count = MetricUnit.Count
+    for name, value in (
+        ("RecordsSeen", stats.records),
+        ("RecordsSkipped", stats.skipped),
+        ("OwnWrites", stats.own_writes),
+        ("MalformedRecords", stats.malformed),
+        ("GroupsBalanced", stats.balanced),
+        ("ParentsChecked", stats.checked),
+        ("Recounts", reads.recounts),
+        ("RecountItemsRead", reads.items),
+        ("Deferred", stats.deferred),
+        ("RechecksScheduled", stats.rechecks),
+        ("TtlDecrements", stats.ttl_decrements),
+        ("AlertsPublished", stats.alerts),
+    ):
+        metrics.add_metric(name=name, unit=count, value=value)
+    metrics.add_metric(name="RecountCapacity", unit=count, value=float(reads.capacity))
+    if stats.checked:
+        share = 100 * stats.consistent / stats.checked
+        metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)
+    for lifetime in stats.drift_lifetimes:
+        metrics.add_metric(name="DriftLifetime", unit=MetricUnit.Seconds, value=lifetime)
+    for dimension, counts in (("Kind", stats.findings), ("Outcome", stats.repairs)):
+        name = "Findings" if dimension == "Kind" else "Repairs"
+        for label, n in counts.items():
+            with single_metric(name=name, unit=count, value=n, namespace=metrics.namespace) as one:
+                one.add_dimension(name=dimension, value=label)

@@ -1,0 +1,335 @@
+"""The main table as the reconciler sees it: settled reads, recounts and fenced repairs.
+
+Every read here is strongly consistent (GSI queries excepted: DynamoDB offers none), and
+every write is conditioned on the exact state that was verified, carries the repair
+marker so the stream handler recognises it, and goes in one transaction with its log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from tally.reconciler.changes import REPAIR_MARKER
+from tally.rules import (
+    CollectionMembers,
+    CountRule,
+    IndexMembers,
+    Key,
+    RuleSet,
+    SequenceRule,
+    SumRule,
+)
+from tally.writers.transactions import (
+    Backoff,
+    Cancelled,
+    Names,
+    client_request_token,
+    deserialize,
+    serialize,
+    transact,
+)
+
+AnyRule = CountRule | SumRule | SequenceRule
+_ABSENT = None
+
+
+@dataclass(frozen=True)
+class ParentState:
+    """A parent's (or sequence counter's) counter and revision, as one consistent read saw them."""
+
+    exists: bool
+    counter: Any = _ABSENT
+    revision: Any = _ABSENT
+
+    def same_as(self, other: ParentState) -> bool:
+        return (self.exists, self.counter, self.revision) == (
+            other.exists,
+            other.counter,
+            other.revision,
+        )
+
+
+@dataclass
+class Reads:
+    """What verification cost: items read and read capacity consumed."""
+
+    items: int = 0
+    capacity: Decimal = Decimal(0)
+    recounts: int = 0
+
+    def add(self, response: Mapping[str, Any], items: int) -> None:
+        self.items += items
+        consumed = response.get("ConsumedCapacity") or {}
+        self.capacity += Decimal(str(consumed.get("CapacityUnits", 0)))
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The truth counted from the children, and children whose amount is not a number."""
+
+    actual: Decimal
+    children: int
+    unreadable: tuple[Key, ...] = field(default=())
+
+
+class TallyTable:
+    """Reads and repairs on the main table for the reconciler."""
+
+    def __init__(
+        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
+    ):
+        self.client = client
+        self.name = table_name
+        self.rules = rules
+        self.reads = Reads()
+        self.backoff = backoff or Backoff()
+        self._pk = rules.table.partition_key
+        self._sk = rules.table.sort_key
+
+    # --- reads --------------------------------------------------------------------------
+
+    def read_parent(self, rule: AnyRule, key: Key) -> ParentState:
+        names = Names.of(rule.counter, rule.revision, self._pk)
+        response = self.client.get_item(
+            TableName=self.name,
+            Key=serialize(key),
+            ConsistentRead=True,
+            ProjectionExpression=", ".join(
+                names[a] for a in (self._pk, rule.counter, rule.revision) if a
+            ),
+            ExpressionAttributeNames=names.expression_names,
+            ReturnConsumedCapacity="TOTAL",
+        )
+        item = deserialize(response["Item"]) if "Item" in response else None
+        self.reads.add(response, 1 if item else 0)
+        if item is None:
+            return ParentState(False)
+        revision = item.get(rule.revision) if rule.revision else _ABSENT
+        return ParentState(True, item.get(rule.counter, _ABSENT), revision)
+
+    def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
+        """Count or sum the children with paginated consistent queries."""
+        self.reads.recounts += 1
+        assert self._sk is not None
+        names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
+        request: dict[str, Any] = {
+            "TableName": self.name,
+            "KeyConditionExpression": (
+                f"{names[self._pk]} = :pk AND begins_with({names[self._sk]}, :prefix)"
+            ),
+            "ExpressionAttributeValues": serialize(
+                {":pk": parent_key[self._pk], ":prefix": rule.child_prefix(self.rules.table)}
+            ),
+            "ConsistentRead": True,
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        if isinstance(rule, SumRule):
+            request["ProjectionExpression"] = ", ".join(names.mapping.values())
+            request["ExpressionAttributeNames"] = names.expression_names
+        else:
+            request["Select"] = "COUNT"  # the count alone: no item is returned
+            request["ExpressionAttributeNames"] = names.subset(self._pk, self._sk)
+        total, children, unreadable = Decimal(0), 0, []
+        for page in self.client.get_paginator("query").paginate(**request):
+            self.reads.add(page, page["ScannedCount"])
+            children += page["Count"]
+            if isinstance(rule, SumRule):
+                for raw in page["Items"]:
+                    item = deserialize(raw)
+                    amount = item.get(rule.summed, Decimal(0))
+                    if isinstance(amount, Decimal) and amount.is_finite():
+                        total += amount
+                    else:
+                        unreadable.append(self.rules.key_of(item))
+        actual = total if isinstance(rule, SumRule) else Decimal(children)
+        return Tally(actual, children, tuple(unreadable))
+
+    def member_numbers(
+        self, rule: SequenceRule, counter_key: Key, above: int
+    ) -> list[tuple[int, Key]]:
+        """Members numbered above ``above``, ascending (the GSI is eventually consistent)."""
+        if isinstance(rule.members, CollectionMembers):
+            return self._collection_members(rule, rule.members, counter_key, above)
+        return self._index_members(rule, rule.members, above)
+
+    def _collection_members(
+        self, rule: SequenceRule, members: CollectionMembers, counter_key: Key, above: int
+    ) -> list[tuple[int, Key]]:
+        assert self._sk is not None
+        names = Names.of(self._pk, self._sk)
+        start = members.prefix + str(above + 1).zfill(members.width)
+        found = []
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.name,
+            KeyConditionExpression=(
+                f"{names[self._pk]} = :pk AND {names[self._sk]} BETWEEN :start AND :end"
+            ),
+            ExpressionAttributeNames=names.expression_names,
+            ExpressionAttributeValues=serialize(
+                {
+                    ":pk": counter_key[self._pk],
+                    ":start": start,
+                    ":end": members.prefix + "\U0010ffff",
+                }
+            ),
+            ProjectionExpression=", ".join(names.mapping.values()),
+            ConsistentRead=True,
+            ReturnConsumedCapacity="TOTAL",
+        )
+        for page in pages:
+            self.reads.add(page, page["ScannedCount"])
+            for raw in page["Items"]:
+                key = deserialize(raw)
+                number = rule.member_number(key[self._sk])
+                if number is not None and number > above:
+                    found.append((number, key))
+        return found
+
+    def _index_members(
+        self, rule: SequenceRule, members: IndexMembers, above: int
+    ) -> list[tuple[int, Key]]:
+        names = Names.of(members.sequence_attribute, members.number)
+        found = []
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.name,
+            IndexName=members.index,
+            KeyConditionExpression=(
+                f"{names[members.sequence_attribute]} = :seq AND {names[members.number]} > :above"
+            ),
+            ExpressionAttributeNames=names.expression_names,
+            ExpressionAttributeValues=serialize(
+                {":seq": rule.sequence_name, ":above": Decimal(above)}
+            ),
+            ReturnConsumedCapacity="TOTAL",
+        )
+        for page in pages:
+            self.reads.add(page, page["ScannedCount"])
+            for raw in page["Items"]:
+                item = deserialize(raw)
+                number = item[members.number]
+                if number == int(number):
+                    found.append((int(number), self.rules.key_of(item)))
+        return found
+
+    # --- fenced writes -----------------------------------------------------------------
+
+    def set_counter(
+        self,
+        rule: AnyRule,
+        key: Key,
+        verified: ParentState,
+        value: Decimal,
+        repair_id: str,
+        log_put: Mapping[str, Any],
+    ) -> bool:
+        """SET counter = value, only if counter and revision still hold what was verified."""
+        names = Names.of(rule.counter, rule.revision, REPAIR_MARKER)
+        fences = [_fence(names[rule.counter], ":stored", verified.counter)]
+        values: dict[str, Any] = {":value": value, ":marker": repair_id}
+        if verified.counter is not _ABSENT:
+            values[":stored"] = verified.counter
+        update = f"SET {names[rule.counter]} = :value, {names[REPAIR_MARKER]} = :marker"
+        if rule.revision:
+            fences.append(_fence(names[rule.revision], ":revision", verified.revision))
+            if verified.revision is not _ABSENT:
+                values[":revision"] = verified.revision
+            update += f" ADD {names[rule.revision]} :one"
+            values[":one"] = Decimal(1)
+        item = {
+            "Update": {
+                "TableName": self.name,
+                "Key": serialize(key),
+                "UpdateExpression": update,
+                "ConditionExpression": " AND ".join(f"({f})" for f in fences),
+                "ExpressionAttributeNames": names.expression_names,
+                "ExpressionAttributeValues": serialize(values),
+            }
+        }
+        return self._fenced([item, log_put], repair_id)
+
+    def decrement(
+        self,
+        rule: CountRule | SumRule,
+        key: Key,
+        delta: Decimal,
+        marker_put: Mapping[str, Any],
+        event_id: str,
+    ) -> bool:
+        """Apply a TTL expiry's decrement once: the marker put fails on redelivery."""
+        names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
+        adds = [f"{names[rule.counter]} :delta"] + (
+            [f"{names[rule.revision]} :one"] if rule.revision else []
+        )
+        item = {
+            "Update": {
+                "TableName": self.name,
+                "Key": serialize(key),
+                "UpdateExpression": f"SET {names[REPAIR_MARKER]} = :marker ADD " + ", ".join(adds),
+                "ConditionExpression": f"attribute_exists({names[self._pk]})",
+                "ExpressionAttributeNames": names.expression_names,
+                "ExpressionAttributeValues": serialize(
+                    {":delta": -delta, ":marker": f"ttl:{event_id}"}
+                    | ({":one": Decimal(1)} if rule.revision else {})
+                ),
+            }
+        }
+        return self._fenced([item, marker_put], f"ttl:{event_id}")
+
+    def put_void(
+        self,
+        rule: SequenceRule,
+        counter_key: Key,
+        number: int,
+        repair_id: str,
+        log_put: Mapping[str, Any],
+    ) -> bool:
+        """A VOID tombstone for a missing number, only where no member exists."""
+        item: dict[str, Any] = {"void": True, REPAIR_MARKER: repair_id}
+        if isinstance(rule.members, CollectionMembers):
+            item |= rule.member_key(counter_key, number, self.rules.table)
+        else:
+            item |= self._index_void_key(rule, rule.members, number)
+            item |= {
+                rule.members.sequence_attribute: rule.sequence_name,
+                rule.members.number: Decimal(number),
+            }
+        names = Names.of(self._pk)
+        put = {
+            "Put": {
+                "TableName": self.name,
+                "Item": serialize(item),
+                "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
+                "ExpressionAttributeNames": names.expression_names,
+            }
+        }
+        return self._fenced([put, log_put], repair_id)
+
+    def _index_void_key(self, rule: SequenceRule, members: IndexMembers, number: int) -> Key:
+        pattern = members.key
+        key = {}
+        for name in self.rules.table.names:
+            value = pattern.get(name)
+            if value is None:
+                key[name] = "VOID"
+            elif value.endswith("*"):
+                key[name] = f"{value[:-1]}VOID#{rule.name}#{number:010d}"
+            else:
+                key[name] = value
+        return key
+
+    def _fenced(self, items: list[Any], repair_id: str) -> bool:
+        token = client_request_token("repair", self.name, {"repair": repair_id}, None)
+        try:
+            transact(self.client, items, token, self.backoff)
+        except Cancelled:
+            return False
+        return True
+
+
+def _fence(name: str, placeholder: str, verified: Any) -> str:
+    if verified is _ABSENT:
+        return f"attribute_not_exists({name})"
+    return f"{name} = {placeholder}"

@@ -1,0 +1,187 @@
+"""The reconciler's stack for integration tests: DynamoDB Local with its real stream, SNS and
+SQS from moto's server on loopback, and the real handlers invoked the way Lambda does."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from tests.utils import LambdaContext, deserialize, serialize
+
+from tally.handlers import recheck as recheck_handler
+from tally.handlers import reconciler as reconciler_handler
+from tally.local.dynamodb_local import local_client_kwargs
+from tally.local.stream_reader import StreamReader, stream_arn
+from tally.local.template import create_table
+from tally.reconciler import runtime
+from tally.reconciler.audit_store import AuditStore
+from tally.settings import settings
+
+RULES_FILE = Path(__file__).with_name("rules.toml")
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """moto's server (SNS, SQS) on a free loopback port for the whole run."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{server._server.server_port}"  # type: ignore[union-attr]
+    server.stop()
+
+
+@dataclass
+class Stack:
+    """One test's tables, topic and queues, and the calls Lambda would make."""
+
+    dynamodb: Any
+    sqs: Any
+    table: str
+    audit_table: str
+    topic_arn: str
+    alert_queue: str
+    recheck_queue: str
+    reader: StreamReader
+    responses: list[dict[str, Any]] = field(default_factory=list)
+
+    def put(self, item: dict[str, Any]) -> None:
+        self.dynamodb.put_item(TableName=self.table, Item=serialize(item))
+
+    def delete(self, pk: str, sk: str) -> None:
+        self.dynamodb.delete_item(TableName=self.table, Key=serialize({"PK": pk, "SK": sk}))
+
+    def item(self, pk: str, sk: str) -> dict[str, Any] | None:
+        response = self.dynamodb.get_item(
+            TableName=self.table, Key=serialize({"PK": pk, "SK": sk}), ConsistentRead=True
+        )
+        return deserialize(response["Item"]) if "Item" in response else None
+
+    def records(self) -> list[dict[str, Any]]:
+        """Everything the stream holds that was not read yet, in Lambda's shape."""
+        return self.reader.drain(limit=1000)
+
+    def deliver(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """Invoke the stream handler with one batch, as the event source mapping does."""
+        response: dict[str, Any] = reconciler_handler.handler({"Records": records}, LambdaContext())
+        self.responses.append(response)
+        return response
+
+    def pump(self, batch_size: int = 100) -> list[dict[str, Any]]:
+        """Read the stream and deliver it in batches; returns the records delivered."""
+        records = self.records()
+        for start in range(0, len(records), batch_size):
+            self.deliver(records[start : start + batch_size])
+        return records
+
+    def run_rechecks(self) -> int:
+        """Deliver every due recheck message to the recheck handler; returns how many."""
+        delivered = 0
+        while True:
+            messages = self.sqs.receive_message(
+                QueueUrl=self.recheck_queue, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            ).get("Messages", [])
+            if not messages:
+                return delivered
+            event = {"Records": [_sqs_record(m, self.recheck_queue) for m in messages]}
+            response = recheck_handler.handler(event, LambdaContext())
+            assert response["batchItemFailures"] == []
+            for message in messages:
+                self.sqs.delete_message(
+                    QueueUrl=self.recheck_queue, ReceiptHandle=message["ReceiptHandle"]
+                )
+            delivered += len(messages)
+
+    def settle(self, batch_size: int = 100) -> None:
+        """Pump the stream and rechecks until both are quiet (repairs make new records)."""
+        for _ in range(10):
+            if not self.pump(batch_size) and not self.run_rechecks():
+                return
+        raise AssertionError("the stream never went quiet")
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Alert bodies the topic's subscriber queue received so far (consumed)."""
+        bodies = []
+        while True:
+            messages = self.sqs.receive_message(
+                QueueUrl=self.alert_queue, MaxNumberOfMessages=10, WaitTimeSeconds=0
+            ).get("Messages", [])
+            if not messages:
+                return bodies
+            for message in messages:
+                bodies.append(json.loads(json.loads(message["Body"])["Message"]))
+                self.sqs.delete_message(
+                    QueueUrl=self.alert_queue, ReceiptHandle=message["ReceiptHandle"]
+                )
+
+    @property
+    def audit(self) -> AuditStore:
+        return AuditStore(self.dynamodb, self.audit_table)
+
+
+def _sqs_record(message: dict[str, Any], queue_url: str) -> dict[str, Any]:
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": {},
+        "messageAttributes": {},
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue_url.rsplit('/', 1)[-1]}",
+        "awsRegion": "us-east-1",
+    }
+
+
+@pytest.fixture
+def stack(
+    dynamodb: Any,
+    dynamodb_streams: Any,
+    dynamodb_endpoint: str,
+    moto_endpoint: str,
+    template: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Stack]:
+    suffix = uuid.uuid4().hex[:10]
+    table, audit_table = f"tally-it-{suffix}", f"tally-audit-{suffix}"
+    create_table(dynamodb, template, "Table", table)
+    create_table(dynamodb, template, "AuditTable", audit_table)
+    local = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
+    sns, sqs = boto3.client("sns", **local), boto3.client("sqs", **local)
+    topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
+    alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
+    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
+    recheck_queue = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
+    for name, value in {
+        "TABLE_NAME": table,
+        "AUDIT_TABLE_NAME": audit_table,
+        "ALERT_TOPIC_ARN": topic_arn,
+        "RECHECK_QUEUE_URL": recheck_queue,
+        "RULES_FILE": str(RULES_FILE),
+        "DYNAMODB_ENDPOINT": dynamodb_endpoint,
+        "AWS_ENDPOINT_URL_SNS": moto_endpoint,
+        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
+    }.items():
+        monkeypatch.setenv(name, value)
+    _clear_caches()
+    streams = boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb_endpoint))
+    reader = StreamReader(streams, stream_arn(dynamodb, table))
+    yield Stack(dynamodb, sqs, table, audit_table, topic_arn, alert_queue, recheck_queue, reader)
+    _clear_caches()
+    for name in (table, audit_table):
+        dynamodb.delete_table(TableName=name)
+
+
+def _clear_caches() -> None:
+    settings.cache_clear()
+    runtime.rules.cache_clear()
+    runtime._clients.cache_clear()
