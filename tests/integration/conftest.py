@@ -13,7 +13,6 @@ from typing import Any
 
 import boto3
 import pytest
-from tests.utils import LambdaContext, deserialize, serialize
 
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
@@ -23,6 +22,7 @@ from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.audit_store import AuditStore
 from tally.settings import settings
+from tests.utils import LambdaContext, deserialize, serialize
 
 RULES_FILE = Path(__file__).with_name("rules.toml")
 

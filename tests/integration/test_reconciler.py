@@ -10,10 +10,10 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from tests.integration.conftest import RULES_FILE, Stack
 
 from tally.rules import load_rules
 from tally.writers import SequenceAllocator, TallyWriter
+from tests.integration.conftest import RULES_FILE, Stack
 
 RULES = load_rules(RULES_FILE)
 POST = {"PK": "POST#a91f", "SK": "META"}
