@@ -7,7 +7,9 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck unit integration test bench-writers clean
+.PHONY: venv install dynamodb-local lint typecheck sam unit integration test bench-writers invoke clean
+
+export SAM_CLI_TELEMETRY = 0
 
 venv: $(PY)
 
@@ -30,16 +32,30 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The template must lint clean and build without a container (the code is pure Python).
+sam: $(STAMP)
+	$(VENV)/bin/sam validate --lint
+	$(VENV)/bin/sam build --build-dir .aws-sam/build
+
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
 
 integration: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
 	$(PY) -m pytest tests/integration -q
 
-test: lint typecheck unit integration
+test: lint typecheck sam unit integration
 
 bench-writers: $(STAMP)
 	$(PY) benchmarks/bench_writers.py
+
+# `make invoke FN=ReconcilerFunction EVENT=events/like_added.json`: sam local invoke with
+# Docker, otherwise the same handler in process against the local stack.
+invoke: $(STAMP)
+	@if docker info >/dev/null 2>&1; then \
+		$(VENV)/bin/sam local invoke $(FN) --event $(EVENT); \
+	else \
+		$(PY) -m tally.cli invoke $(FN) $(EVENT); \
+	fi
 
 clean:
 	rm -rf build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
