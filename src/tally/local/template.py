@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,15 +79,21 @@ def load_template(path: Path) -> dict[str, Any]:
     return template
 
 
-def _table_properties(template: dict[str, Any], logical_id: str) -> dict[str, Any]:
-    resource = template.get("Resources", {}).get(logical_id)
-    if resource is None:
+def resource(template: Mapping[str, Any], logical_id: str, kind: str) -> dict[str, Any]:
+    """The template's resource ``logical_id``; an error naming it if absent or not ``kind``."""
+    found = template.get("Resources", {}).get(logical_id)
+    if found is None:
         raise TemplateResourceError(f"template has no resource {logical_id!r}")
-    if resource.get("Type") != "AWS::DynamoDB::Table":
-        raise TemplateResourceError(
-            f"resource {logical_id!r} is {resource.get('Type')!r}, not AWS::DynamoDB::Table"
-        )
-    properties: dict[str, Any] = resource.get("Properties", {})
+    if found.get("Type") != kind:
+        raise TemplateResourceError(f"resource {logical_id!r} is {found.get('Type')!r}, not {kind}")
+    body: dict[str, Any] = found
+    return body
+
+
+def _table_properties(template: dict[str, Any], logical_id: str) -> dict[str, Any]:
+    properties: dict[str, Any] = resource(template, logical_id, "AWS::DynamoDB::Table").get(
+        "Properties", {}
+    )
     return properties
 
 

@@ -1,0 +1,122 @@
+"""The template's functions, run in process: the handler it names, with its environment.
+
+Local mode and the tests call handlers exactly as template.yaml wires them, so a renamed
+handler or a missing environment variable fails here before it fails in AWS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tally.local.template import TEMPLATE_PATH, resource
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclass(frozen=True)
+class Function:
+    """One ``AWS::Serverless::Function`` as local mode needs it."""
+
+    logical_id: str
+    handler: str
+    environment: dict[str, Any]
+    timeout: int
+    events: dict[str, Any]
+
+    def load(self) -> Handler:
+        module, _, name = self.handler.rpartition(".")
+        target: Handler = getattr(importlib.import_module(module), name)
+        return target
+
+
+def function(template: Mapping[str, Any], logical_id: str) -> Function:
+    """The function's handler, merged environment (Globals, then its own) and events."""
+    props = resource(template, logical_id, "AWS::Serverless::Function")["Properties"]
+    defaults = template.get("Globals", {}).get("Function", {})
+    environment = {
+        **defaults.get("Environment", {}).get("Variables", {}),
+        **props.get("Environment", {}).get("Variables", {}),
+    }
+    return Function(
+        logical_id,
+        props.get("Handler") or defaults["Handler"],
+        environment,
+        int(props.get("Timeout") or defaults.get("Timeout") or 3),
+        props.get("Events", {}),
+    )
+
+
+def functions(template: Mapping[str, Any]) -> list[Function]:
+    return [
+        function(template, logical_id)
+        for logical_id, body in template.get("Resources", {}).items()
+        if body.get("Type") == "AWS::Serverless::Function"
+    ]
+
+
+def resolve(value: Any, names: Mapping[str, str], parameters: Mapping[str, str]) -> str:
+    """An environment value with ``Ref`` resolved to a local resource name or a parameter."""
+    if isinstance(value, str | int | float | bool):
+        return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, Mapping) and set(value) == {"Ref"}:
+        ref = value["Ref"]
+        if ref in names:
+            return names[ref]
+        if ref in parameters:
+            return parameters[ref]
+        raise KeyError(f"environment refers to {ref!r}, which local mode does not provide")
+    raise ValueError(f"environment value {value!r} cannot be resolved locally")
+
+
+def parameter_defaults(template: Mapping[str, Any]) -> dict[str, str]:
+    return {
+        name: str(spec["Default"])
+        for name, spec in template.get("Parameters", {}).items()
+        if "Default" in spec
+    }
+
+
+def environment(
+    template: Mapping[str, Any], logical_id: str, names: Mapping[str, str]
+) -> dict[str, str]:
+    """The function's environment as strings, resolved against local names and defaults."""
+    parameters = parameter_defaults(template)
+    spec = function(template, logical_id)
+    values = {key: resolve(value, names, parameters) for key, value in spec.environment.items()}
+    # As in Lambda, the task root is the code directory: bundled files resolve against it.
+    values["LAMBDA_TASK_ROOT"] = str(code_root(template, logical_id))
+    return values
+
+
+def code_root(template: Mapping[str, Any], logical_id: str) -> Path:
+    props = resource(template, logical_id, "AWS::Serverless::Function")["Properties"]
+    code_uri = props.get("CodeUri") or template["Globals"]["Function"]["CodeUri"]
+    return (TEMPLATE_PATH.parent / code_uri).resolve()
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration, and the cached settings with them."""
+    from tally.reconciler import runtime
+    from tally.settings import settings
+
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    for cache in (settings, runtime.rules, runtime._clients):
+        cache.cache_clear()
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+        for cache in (settings, runtime.rules, runtime._clients):
+            cache.cache_clear()
