@@ -96,7 +96,7 @@ def environment(
 
 def code_root(template: Mapping[str, Any], logical_id: str) -> Path:
     props = resource(template, logical_id, "AWS::Serverless::Function")["Properties"]
-    code_uri = props.get("CodeUri") or template["Globals"]["Function"]["CodeUri"]
+    code_uri: str = props.get("CodeUri") or template["Globals"]["Function"]["CodeUri"]
     return (TEMPLATE_PATH.parent / code_uri).resolve()
 
 
