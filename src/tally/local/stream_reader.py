@@ -161,6 +161,26 @@ class StreamReader:
         shard.iterator = None
         shard.drained = False
 
+    def positions(self) -> dict[str, str]:
+        """Per shard, the sequence number of the last record handed out (a checkpoint)."""
+        return {
+            shard.shard_id: shard.start["SequenceNumber"]
+            for shard in self._shards.values()
+            if shard.start["ShardIteratorType"] == "AFTER_SEQUENCE_NUMBER"
+        }
+
+    def resume(self, positions: Mapping[str, str]) -> None:
+        """Continue after a checkpoint; shards it does not name start from their beginning."""
+        self._discover_shards()
+        for shard_id, sequence_number in positions.items():
+            shard = self._shards.get(shard_id)
+            if shard is not None:  # a shard gone from the stream has aged out: skip it
+                shard.start = {
+                    "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                    "SequenceNumber": sequence_number,
+                }
+                shard.iterator = None
+
     def _discover_shards(self) -> None:
         kwargs: dict[str, str] = {"StreamArn": self.stream_arn}
         while True:

@@ -248,7 +248,7 @@ class Reconciler:
             return
         if not self.policy.enabled or self.policy.dry_run:
             # No writes allowed: let the expiries count as removals, so they surface.
-            group.child_delta += sum(e.delta for e in group.expiries)
+            group.child_delta -= sum(e.delta for e in group.expiries)
             group.ttl_removed = True
             group.expiries.clear()
             return

@@ -1,0 +1,504 @@
+"""The verification protocol against moto: fast path, settled recount, fenced repair, gaps."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto import mock_aws
+
+from tally.reconciler.alerts import AlertPublisher
+from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.findings import Finding
+from tally.reconciler.rechecks import Recheck, RecheckQueue
+from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.table import TallyTable
+from tally.reconciler.verification import Reconciler, Settle
+from tally.rules import RuleSet, load_rules, parse_rules
+from tally.writers.transactions import deserialize, serialize
+
+RULES_FILE = Path(__file__).parents[1] / "integration" / "rules.toml"
+RULES = load_rules(RULES_FILE)
+MAIN, AUDIT = "main", "audit"
+POST = {"PK": "POST#a91f", "SK": "META"}
+PROJECT = {"PK": "PROJECT#p1", "SK": "COUNTER#ISSUE"}
+USERS = {"PK": "UserMetadata", "SK": "META"}
+TTL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+
+_sequence = itertools.count(1000)
+
+
+def record(
+    event: str,
+    keys: dict[str, str],
+    new: dict[str, Any] | None = None,
+    old: dict[str, Any] | None = None,
+    *,
+    seq: str | None = None,
+    identity: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A stream record in Lambda's shape."""
+    stream: dict[str, Any] = {
+        "Keys": serialize(keys),
+        "SequenceNumber": seq or str(next(_sequence)),
+        "ApproximateCreationDateTime": 1_700_000_000,
+    }
+    if new is not None:
+        stream["NewImage"] = serialize({**keys, **new})
+    if old is not None:
+        stream["OldImage"] = serialize({**keys, **old})
+    body = {"eventID": f"ev-{stream['SequenceNumber']}", "eventName": event, "dynamodb": stream}
+    if identity is not None:
+        body["userIdentity"] = identity
+    return body
+
+
+def bumped(
+    keys: dict[str, str], attribute: str, before: Any, after: Any, **kw: Any
+) -> dict[str, Any]:
+    """A MODIFY that moved one counter (and nothing else) on the parent."""
+    return record("MODIFY", keys, {attribute: after}, {attribute: before}, **kw)
+
+
+def like_insert(post: str, user: str, seq: str | None = None) -> dict[str, Any]:
+    return record("INSERT", {"PK": post, "SK": f"LIKE#USER#{user}"}, {}, seq=seq)
+
+
+@dataclass
+class Rig:
+    """Two tables, an alert topic with a subscribed queue, and a recheck queue, in moto."""
+
+    ddb: Any
+    sqs: Any
+    sns: Any
+    topic_arn: str
+    alert_queue: str
+    recheck_queue: str
+
+    def reconciler(self, policy: RepairPolicy | None = None, rules: RuleSet = RULES) -> Reconciler:
+        store = AuditStore(self.ddb, AUDIT)
+        return Reconciler(
+            rules,
+            TallyTable(self.ddb, MAIN, rules),
+            store,
+            AlertPublisher(self.sns, self.topic_arn, store),
+            RecheckQueue(self.sqs, self.recheck_queue),
+            policy or RepairPolicy(),
+            Settle(attempts=4, pause_seconds=0),
+        )
+
+    @property
+    def store(self) -> AuditStore:
+        return AuditStore(self.ddb, AUDIT)
+
+    def put(self, item: dict[str, Any]) -> None:
+        self.ddb.put_item(TableName=MAIN, Item=serialize(item))
+
+    def item(self, key: dict[str, str]) -> dict[str, Any] | None:
+        response = self.ddb.get_item(TableName=MAIN, Key=serialize(key), ConsistentRead=True)
+        return deserialize(response["Item"]) if "Item" in response else None
+
+    def value(self, key: dict[str, str], attribute: str) -> Any:
+        item = self.item(key)
+        assert item is not None, key
+        return item.get(attribute)
+
+    def likes(self, post: str, count: int, tally: int, revision: int = 1) -> None:
+        """A post with ``count`` likes and a stored ``tally``."""
+        self.put({"PK": post, "SK": "META", "likeTally": tally, "tallyRevision": revision})
+        for user in range(count):
+            self.put({"PK": post, "SK": f"LIKE#USER#{user}"})
+
+    def issues(self, project: dict[str, str], last: int, numbers: list[int]) -> None:
+        self.put({**project, "lastIssue": last})
+        for number in numbers:
+            self.put({"PK": project["PK"], "SK": f"ISSUE#{number:010d}", "title": "t"})
+
+    def _drain(self, queue: str) -> list[dict[str, Any]]:
+        bodies: list[dict[str, Any]] = []
+        while messages := self.sqs.receive_message(
+            QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=0
+        ).get("Messages", []):
+            for message in messages:
+                bodies.append(json.loads(message["Body"]))
+                self.sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+        return bodies
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alert bodies SNS delivered to the subscribed queue."""
+        return [json.loads(envelope["Message"]) for envelope in self._drain(self.alert_queue)]
+
+    def rechecks(self) -> list[dict[str, Any]]:
+        return self._drain(self.recheck_queue)
+
+
+def _table(ddb: Any, name: str, index: bool) -> None:
+    attributes = [("PK", "S"), ("SK", "S")] + ([("seqName", "S"), ("NumIdentifier", "N")] * index)
+    extra: dict[str, Any] = {}
+    if index:
+        extra["GlobalSecondaryIndexes"] = [
+            {
+                "IndexName": "SequenceIndex",
+                "KeySchema": [
+                    {"AttributeName": "seqName", "KeyType": "HASH"},
+                    {"AttributeName": "NumIdentifier", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ]
+    ddb.create_table(
+        TableName=name,
+        AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in attributes],
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        **extra,
+    )
+
+
+@pytest.fixture
+def rig() -> Iterator[Rig]:
+    with mock_aws():
+        ddb, sqs, sns = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("sns")
+        _table(ddb, MAIN, index=True)
+        _table(ddb, AUDIT, index=False)
+        topic_arn = sns.create_topic(Name="tally-alerts")["TopicArn"]
+        alert_queue = sqs.create_queue(QueueName="alerts")["QueueUrl"]
+        alert_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
+        sns.subscribe(
+            TopicArn=topic_arn, Protocol="sqs", Endpoint=alert_arn["Attributes"]["QueueArn"]
+        )
+        recheck_queue = sqs.create_queue(QueueName="rechecks")["QueueUrl"]
+        yield Rig(ddb, sqs, sns, topic_arn, alert_queue, recheck_queue)
+
+
+def status(finding: Finding) -> str:
+    assert finding.repair is not None
+    return finding.repair.status
+
+
+# --- step 1: the fast path --------------------------------------------------------------
+
+
+def test_a_balanced_batch_makes_no_read_and_no_finding(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=1, tally=1)
+    checker = rig.reconciler()
+    failed = checker.verify_batch([like_insert("POST#a91f", "0"), bumped(POST, "likeTally", 0, 1)])
+    assert failed == []
+    assert (checker.table.reads.items, checker.table.reads.recounts) == (0, 0)
+    assert checker.stats.balanced == 1
+    assert checker.log == [] and rig.alerts() == [] and rig.store.findings() == []
+
+
+# --- step 2: the settled recount --------------------------------------------------------
+
+
+def test_an_unbalanced_group_on_a_consistent_table_is_recounted_once(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=1, tally=1)
+    checker = rig.reconciler()
+    assert checker.verify_batch([like_insert("POST#a91f", "0")]) == []
+    assert checker.table.reads.recounts == 1
+    assert checker.stats.consistent == 1
+    assert checker.log == [] and rig.alerts() == []
+
+
+def test_drift_is_found_repaired_logged_and_alerted_once(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=2, tally=5, revision=3)
+    checker = rig.reconciler()
+    assert checker.verify_batch([bumped(POST, "likeTally", 4, 5)]) == []
+    [finding] = checker.log
+    assert (finding.kind, finding.stored, finding.actual) == ("drift", 5, 2)
+    assert status(finding) == "applied"
+    parent = rig.item(POST)
+    assert parent is not None
+    assert (parent["likeTally"], parent["tallyRevision"]) == (2, 4)
+    assert parent["tallyRepair"] == finding.finding_id
+    [logged] = rig.store.repairs()
+    assert (logged["before"], logged["after"], logged["status"]) == (5, 2, "applied")
+    [alert] = rig.alerts()
+    assert (alert["kind"], alert["stored"], alert["actual"]) == ("drift", 5, 2)
+    assert alert["repair"]["status"] == "applied"
+    assert [f["SK"] for f in rig.store.findings()] == [f"FINDING#{finding.finding_id}"]
+
+
+def test_a_redelivered_drift_batch_does_not_alert_twice(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=2, tally=5)
+    batch = [bumped(POST, "likeTally", 4, 5)]
+    rig.reconciler(RepairPolicy(dry_run=True)).verify_batch(batch)
+    rig.reconciler(RepairPolicy(dry_run=True)).verify_batch(batch)
+    assert len(rig.alerts()) == 1
+
+
+def test_a_no_revision_rule_calls_drift_only_on_two_agreeing_reads(rig: Rig) -> None:
+    team = {"PK": "TEAM#1", "SK": "META"}
+    rig.put({**team, "memberCount": 5})
+    rig.put({"PK": "TEAM#1", "SK": "MEMBER#ann"})
+    checker = rig.reconciler()
+    checker.verify_batch([record("INSERT", {"PK": "TEAM#1", "SK": "MEMBER#ann"}, {})])
+    [finding] = checker.log
+    assert (finding.kind, finding.stored, finding.actual) == ("drift", 5, 1)
+    assert "two agreeing settled reads" in finding.detail
+    assert checker.table.reads.recounts == 2
+    assert rig.value(team, "memberCount") == 1
+
+
+def test_a_parent_that_never_holds_still_is_deferred_not_judged(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig.likes("POST#a91f", count=2, tally=5)
+    checker = rig.reconciler()
+    original = checker.table.tally_children
+
+    def busy(rule: Any, key: dict[str, str]) -> Any:
+        rig.ddb.update_item(
+            TableName=MAIN,
+            Key=serialize(key),
+            UpdateExpression="ADD tallyRevision :one",
+            ExpressionAttributeValues=serialize({":one": 1}),
+        )
+        return original(rule, key)
+
+    monkeypatch.setattr(checker.table, "tally_children", busy)
+    assert checker.verify_batch([bumped(POST, "likeTally", 4, 5)]) == []
+    assert checker.log == [] and checker.stats.deferred == 1
+    [recheck] = rig.rechecks()
+    assert (recheck["rule"], recheck["key"]) == ("likes", POST)
+    assert rig.value(POST, "likeTally") == 5
+
+
+# --- step 3: repair ---------------------------------------------------------------------
+
+
+def test_a_fenced_repair_never_writes_a_stale_count(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig.likes("POST#a91f", count=2, tally=5)
+    checker = rig.reconciler()
+    original = checker.table.set_counter
+    outcomes: list[bool] = []
+
+    def racing(rule: Any, key: dict[str, str], *args: Any) -> bool:
+        if not outcomes:
+            # A late like lands between verification and repair: the revision moves,
+            # the counter does not (the A->B->A case only the revision can catch).
+            rig.put({"PK": "POST#a91f", "SK": "LIKE#USER#late"})
+            rig.ddb.update_item(
+                TableName=MAIN,
+                Key=serialize(key),
+                UpdateExpression="ADD tallyRevision :one",
+                ExpressionAttributeValues=serialize({":one": 1}),
+            )
+        outcomes.append(original(rule, key, *args))
+        return outcomes[-1]
+
+    monkeypatch.setattr(checker.table, "set_counter", racing)
+    checker.verify_batch([bumped(POST, "likeTally", 4, 5)])
+    assert outcomes == [False, True]
+    assert rig.value(POST, "likeTally") == 3
+    [finding] = checker.log
+    assert (finding.actual, status(finding)) == (3, "applied")
+    assert [r["after"] for r in rig.store.repairs()] == [3]
+
+
+def test_the_repair_budget_stops_the_second_repair(rig: Rig) -> None:
+    rig.likes("POST#a", count=1, tally=4)
+    rig.likes("POST#b", count=1, tally=4)
+    checker = rig.reconciler(RepairPolicy(budget=1))
+    batch = [bumped({"PK": p, "SK": "META"}, "likeTally", 3, 4) for p in ("POST#a", "POST#b")]
+    checker.verify_batch(batch)
+    outcomes = sorted((f.repair.status, f.repair.reason) for f in checker.log if f.repair)
+    [(applied, _), (skipped, reason)] = outcomes
+    assert (applied, skipped) == ("applied", "skipped")
+    assert "budget" in reason
+    tallies = sorted(rig.value({"PK": p, "SK": "META"}, "likeTally") for p in ("POST#a", "POST#b"))
+    assert tallies == [1, 4]
+
+
+def test_an_alert_mode_rule_is_reported_not_repaired(rig: Rig) -> None:
+    order = {"PK": "ORDER#17", "SK": "META"}
+    rig.put({**order, "total": Decimal(10), "tallyRevision": 1})
+    rig.put({"PK": "ORDER#17", "SK": "LINE#1", "amount": Decimal("0.1")})
+    rig.put({"PK": "ORDER#17", "SK": "LINE#2", "amount": Decimal("0.2")})
+    checker = rig.reconciler()
+    checker.verify_batch([bumped(order, "total", Decimal("0.3"), Decimal(10))])
+    [finding] = checker.log
+    assert finding.actual == Decimal("0.3")
+    assert finding.repair is not None and finding.repair.status == "skipped"
+    assert "'alert'" in finding.repair.reason
+    assert rig.value(order, "total") == 10
+
+
+def test_the_kill_switch_reports_disabled_and_writes_nothing(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=2, tally=5)
+    checker = rig.reconciler(RepairPolicy(enabled=False))
+    checker.verify_batch([bumped(POST, "likeTally", 4, 5)])
+    [finding] = checker.log
+    assert status(finding) == "disabled"
+    assert rig.value(POST, "likeTally") == 5
+    assert rig.store.repairs() == []
+
+
+def test_a_dry_run_reports_before_and_after_and_writes_nothing(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=2, tally=5)
+    checker = rig.reconciler(RepairPolicy(dry_run=True))
+    checker.verify_batch([bumped(POST, "likeTally", 4, 5)])
+    [finding] = checker.log
+    repair = finding.repair
+    assert repair is not None
+    assert (repair.status, repair.before, repair.after) == ("dry_run", 5, 2)
+    assert rig.value(POST, "likeTally") == 5
+    [alert] = rig.alerts()
+    assert (alert["repair"]["before"], alert["repair"]["after"]) == (5, 2)
+
+
+def test_a_rule_switched_off_is_not_checked_at_all(rig: Rig) -> None:
+    raw = tomllib.loads(RULES_FILE.read_text())
+    for rule in raw["rules"]:
+        if rule["name"] == "likes":
+            rule["repair"] = "off"
+    rig.likes("POST#a91f", count=2, tally=5)
+    checker = rig.reconciler(rules=parse_rules(raw))
+    assert checker.verify_batch([bumped(POST, "likeTally", 4, 5)]) == []
+    assert checker.log == [] and checker.table.reads.recounts == 0
+    assert rig.alerts() == [] and rig.store.findings() == []
+    assert rig.value(POST, "likeTally") == 5
+
+
+# --- TTL --------------------------------------------------------------------------------
+
+
+def test_a_ttl_expiry_on_a_decrement_rule_is_applied_exactly_once(rig: Rig) -> None:
+    user = {"PK": "USER#u1", "SK": "META"}
+    rig.put({**user, "activeSessions": 2, "tallyRevision": 1})
+    rig.put({"PK": "USER#u1", "SK": "SESSION#live"})
+    expired = record("REMOVE", {"PK": "USER#u1", "SK": "SESSION#old"}, old={}, identity=TTL)
+    rig.reconciler().verify_batch([expired])
+    rig.reconciler().verify_batch([expired])  # a redelivery
+    assert rig.value(user, "activeSessions") == 1
+    assert rig.alerts() == []
+
+
+def test_a_ttl_expiry_in_dry_run_counts_as_a_removal(rig: Rig) -> None:
+    user = {"PK": "USER#u1", "SK": "META"}
+    rig.put({**user, "activeSessions": 3, "tallyRevision": 2})
+    rig.put({"PK": "USER#u1", "SK": "SESSION#live"})
+    expired = record("REMOVE", {"PK": "USER#u1", "SK": "SESSION#old"}, old={}, identity=TTL)
+    rogue = bumped(user, "activeSessions", 2, 3)  # a counter bump without a session
+    checker = rig.reconciler(RepairPolicy(dry_run=True))
+    checker.verify_batch([expired, rogue])
+    [finding] = checker.log
+    assert (finding.kind, finding.stored, finding.actual) == ("ttl_removal", 3, 1)
+
+
+# --- step 4: gaps -----------------------------------------------------------------------
+
+
+def test_an_unbalanced_sequence_schedules_a_recheck_not_a_gap(rig: Rig) -> None:
+    checker = rig.reconciler()
+    checker.verify_batch(
+        [
+            bumped(PROJECT, "lastIssue", 3, 5),
+            record("INSERT", {"PK": "PROJECT#p1", "SK": "ISSUE#0000000004"}, {}),
+        ]
+    )
+    [recheck] = rig.rechecks()
+    assert (recheck["rule"], recheck["key"], recheck["counter_seen"]) == (
+        "issue-numbers",
+        PROJECT,
+        5,
+    )
+    assert checker.log == [] and checker.table.reads.items == 0
+
+
+def test_a_recheck_voids_a_missing_number_and_advances_the_watermark(rig: Rig) -> None:
+    rig.issues(PROJECT, last=4, numbers=[1, 2, 4])
+    checker = rig.reconciler()
+    checker.recheck(Recheck("issue-numbers", PROJECT, 4, "unbalanced"))
+    [gap] = checker.log
+    assert (gap.kind, gap.number) == ("gap", 3)
+    assert status(gap) == "applied"
+    tombstone = rig.item({"PK": "PROJECT#p1", "SK": "ISSUE#0000000003"})
+    assert tombstone is not None and tombstone["void"] is True
+    assert rig.store.watermark("issue-numbers", PROJECT) == 4
+
+
+def test_a_recheck_judges_nothing_beyond_the_counter_it_saw(rig: Rig) -> None:
+    rig.issues(PROJECT, last=4, numbers=[1, 2, 4])
+    checker = rig.reconciler()
+    checker.recheck(Recheck("issue-numbers", PROJECT, 2, "unbalanced"))
+    assert checker.log == []
+    assert rig.item({"PK": "PROJECT#p1", "SK": "ISSUE#0000000003"}) is None
+    assert rig.store.watermark("issue-numbers", PROJECT) == 2
+
+
+def test_a_counter_behind_its_members_is_raised(rig: Rig) -> None:
+    rig.issues(PROJECT, last=1, numbers=[1, 2, 3])
+    checker = rig.reconciler()
+    checker.recheck(Recheck("issue-numbers", PROJECT, 0, "unbalanced"))
+    [finding] = checker.log
+    assert (finding.kind, finding.stored, finding.actual) == ("counter_behind", 1, 3)
+    assert status(finding) == "applied"
+    assert rig.value(PROJECT, "lastIssue") == 3
+
+
+def test_an_index_sequence_gap_gets_a_void_member_in_the_index(rig: Rig) -> None:
+    rig.put({**USERS, "LastID": 3})
+    for name, number in (("ann", 1), ("cy", 3)):
+        rig.put(
+            {
+                "PK": f"User#{name}",
+                "SK": "PROFILE",
+                "seqName": "user-numbers",
+                "NumIdentifier": number,
+            }
+        )
+    checker = rig.reconciler()
+    checker.recheck(Recheck("user-numbers", USERS, 3, "unbalanced"))
+    [gap] = checker.log
+    assert (gap.kind, gap.number) == ("gap", 2)
+    assert [n for n, _ in checker.table.member_numbers(RULES["user-numbers"], USERS, 0)] == [
+        1,
+        2,
+        3,
+    ]
+    assert rig.store.watermark("user-numbers", USERS) == 3
+
+
+# --- failures ---------------------------------------------------------------------------
+
+
+def test_a_group_that_cannot_be_read_fails_alone(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    rig.likes("POST#bad", count=1, tally=4)
+    rig.likes("POST#good", count=1, tally=4)
+    checker = rig.reconciler()
+    original = checker.table.tally_children
+
+    def flaky(rule: Any, key: dict[str, str]) -> Any:
+        if key["PK"] == "POST#bad":
+            error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "x"}}
+            raise ClientError(error, "Query")
+        return original(rule, key)
+
+    monkeypatch.setattr(checker.table, "tally_children", flaky)
+    bad = {"PK": "POST#bad", "SK": "META"}
+    batch = [
+        bumped(bad, "likeTally", 3, 4, seq="5000"),
+        bumped({"PK": "POST#good", "SK": "META"}, "likeTally", 3, 4, seq="4000"),
+        bumped(bad, "likeTally", 4, 5, seq="700"),
+    ]
+    assert checker.verify_batch(batch) == ["700"]
+    [finding] = checker.log
+    assert finding.key == {"PK": "POST#good", "SK": "META"}
+    assert rig.value({"PK": "POST#good", "SK": "META"}, "likeTally") == 1
+    assert rig.value(bad, "likeTally") == 4
