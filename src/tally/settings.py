@@ -18,6 +18,7 @@ class Settings(BaseModel):
     audit_table_name: str | None = Field(default=None, alias="AUDIT_TABLE_NAME")
     alert_topic_arn: str | None = Field(default=None, alias="ALERT_TOPIC_ARN")
     recheck_queue_url: str | None = Field(default=None, alias="RECHECK_QUEUE_URL")
+    stream_failure_queue_url: str | None = Field(default=None, alias="STREAM_FAILURE_QUEUE_URL")
     # The global kill switch: false stops every repair write; findings still alert.
     repairs_enabled: bool = Field(default=True, alias="REPAIRS_ENABLED")
     dry_run: bool = Field(default=False, alias="DRY_RUN")

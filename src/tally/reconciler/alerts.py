@@ -10,7 +10,11 @@ from tally.reconciler.findings import Finding
 
 
 class AlertPublisher:
-    """Publishes findings to the alert topic, at most once per finding id."""
+    """Publishes findings to the alert topic, once per finding and repair outcome.
+
+    A redelivered batch finds the same broken state with the same outcome and stays
+    silent; a later, different outcome (a dry run, then the applied repair) is news.
+    """
 
     def __init__(self, sns_client: Any, topic_arn: str, store: AuditStore):
         self.sns = sns_client
@@ -19,7 +23,9 @@ class AlertPublisher:
 
     def publish(self, finding: Finding) -> bool:
         """Publish the finding; False when it was already alerted (a redelivered batch)."""
-        if not self.store.claim_alert(finding.finding_id):
+        repair = finding.repair.status if finding.repair else "skipped"
+        claim = f"{finding.finding_id}:{repair}"
+        if not self.store.claim_alert(claim):
             return False
         try:
             self.sns.publish(
@@ -30,6 +36,6 @@ class AlertPublisher:
             )
         except Exception:
             # A claim kept after a failed publish would silence the retry: the alert would be lost.
-            self.store.release_alert(finding.finding_id)
+            self.store.release_alert(claim)
             raise
         return True
