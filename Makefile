@@ -7,7 +7,7 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck sam unit integration test bench-writers invoke clean
+.PHONY: venv install dynamodb-local lint typecheck sam unit integration test demo bench-writers bench-reconciler invoke clean
 
 export SAM_CLI_TELEMETRY = 0
 
@@ -45,14 +45,24 @@ integration: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
 
 test: lint typecheck sam unit integration
 
+# The whole story on the local stack; fails if any injected fault goes uncaught.
+demo: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
+	$(PY) -m tally.cli demo
+
 bench-writers: $(STAMP)
 	$(PY) benchmarks/bench_writers.py
 
-# `make invoke FN=ReconcilerFunction EVENT=events/like_added.json`: sam local invoke with
-# Docker, otherwise the same handler in process against the local stack.
+bench-reconciler: $(STAMP)
+	$(PY) benchmarks/bench_reconciler.py
+
+# `make invoke FN=ReconcilerFunction EVENT=events/ReconcilerFunction/like_added.json`:
+# sam local invoke with Docker (host network, so the container reaches the local stack),
+# otherwise the same handler in process against the local stack.
 invoke: $(STAMP)
 	@if docker info >/dev/null 2>&1; then \
-		$(VENV)/bin/sam local invoke $(FN) --event $(EVENT); \
+		$(PY) -m tally.cli local env --sam > .tally/sam-env.json && \
+		$(VENV)/bin/sam local invoke $(FN) --event $(EVENT) --docker-network host \
+			--env-vars .tally/sam-env.json; \
 	else \
 		$(PY) -m tally.cli invoke $(FN) $(EVENT); \
 	fi

@@ -13,14 +13,22 @@ from botocore.config import Config
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=64)
 
 
-def client(service: str, **overrides: Any) -> Any:
-    """A client for ``service``; ``DYNAMODB_ENDPOINT`` selects a local DynamoDB engine.
+# Local endpoints a function may be given (empty in AWS). Plain boto3 programs use boto3's
+# own AWS_ENDPOINT_URL_<SERVICE>; these exist because the template can declare them empty,
+# which boto3's variables cannot be, for `sam local invoke --env-vars`.
+_LOCAL_ENDPOINTS = {
+    "dynamodb": "DYNAMODB_ENDPOINT",
+    "dynamodbstreams": "DYNAMODB_ENDPOINT",
+    "sns": "SNS_ENDPOINT",
+    "sqs": "SQS_ENDPOINT",
+}
 
-    Other local endpoints come from boto3's own ``AWS_ENDPOINT_URL_<SERVICE>`` variables.
-    """
+
+def client(service: str, **overrides: Any) -> Any:
+    """A client for ``service``, on a local endpoint when one is set."""
     kwargs: dict[str, Any] = {"config": RETRY_CONFIG}
-    endpoint = os.environ.get("DYNAMODB_ENDPOINT")
-    if endpoint and service in ("dynamodb", "dynamodbstreams"):
+    endpoint = os.environ.get(_LOCAL_ENDPOINTS.get(service, ""), "")
+    if endpoint:
         kwargs["endpoint_url"] = endpoint
     kwargs.update(overrides)
     factory: Any = boto3.client  # typed overloads want a literal service name

@@ -194,11 +194,35 @@ def _check_port_free(port: int) -> None:
             raise DynamoDBLocalUnavailable(f"port {port} is already in use: {exc}") from exc
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def tail(path: Path, lines: int = 40) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def command(port: int) -> tuple[list[str], Path]:
+    """DynamoDB Local's command line and working directory (installing it if needed)."""
+    java = shutil.which("java")
+    if java is None:
+        raise DynamoDBLocalUnavailable(
+            "java not found: install a Java 17 runtime "
+            f"(e.g. `apt-get install openjdk-17-jre-headless`), {_ALTERNATIVE}"
+        )
+    jar = ensure_installed()
+    arguments = [
+        java,
+        "-Djava.library.path=DynamoDBLocal_lib",
+        "-jar",
+        JAR_NAME,
+        "-inMemory",
+        # One database for all credentials/regions, so every local client sees the tables.
+        "-sharedDb",
+        "-port",
+        str(port),
+        "-disableTelemetry",
+    ]
+    return arguments, jar.parent
 
 
 class DynamoDBLocal:
@@ -229,29 +253,12 @@ class DynamoDBLocal:
             self.port = _free_port()
         else:
             _check_port_free(self.port)
-        java = shutil.which("java")
-        if java is None:
-            raise DynamoDBLocalUnavailable(
-                "java not found: install a Java 17 runtime "
-                f"(e.g. `apt-get install openjdk-17-jre-headless`), {_ALTERNATIVE}"
-            )
-        jar = ensure_installed()
+        arguments, cwd = command(self.port)
         self.log_path = cache_dir() / f"dynamodb-local-{self.port}.log"
         self._log = self.log_path.open("wb")
         self._process = subprocess.Popen(
-            [
-                java,
-                "-Djava.library.path=DynamoDBLocal_lib",
-                "-jar",
-                JAR_NAME,
-                "-inMemory",
-                # One database for all credentials/regions, so every local client sees the tables.
-                "-sharedDb",
-                "-port",
-                str(self.port),
-                "-disableTelemetry",
-            ],
-            cwd=jar.parent,
+            arguments,
+            cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -275,7 +282,7 @@ class DynamoDBLocal:
             if self._process.poll() is not None:
                 raise DynamoDBLocalUnavailable(
                     f"DynamoDB Local exited with {self._process.returncode}; "
-                    f"log {self.log_path}:\n{_tail(self.log_path)}"
+                    f"log {self.log_path}:\n{tail(self.log_path)}"
                 )
             try:
                 client.list_tables(Limit=1)
@@ -284,7 +291,7 @@ class DynamoDBLocal:
                 if time.monotonic() > deadline:
                     raise DynamoDBLocalUnavailable(
                         f"DynamoDB Local did not answer within {self.startup_timeout:.0f}s; "
-                        f"log {self.log_path}:\n{_tail(self.log_path)}"
+                        f"log {self.log_path}:\n{tail(self.log_path)}"
                     ) from None
                 time.sleep(0.2)
 

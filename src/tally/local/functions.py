@@ -89,6 +89,8 @@ def environment(
     parameters = parameter_defaults(template)
     spec = function(template, logical_id)
     values = {key: resolve(value, names, parameters) for key, value in spec.environment.items()}
+    # Declared-but-empty variables (the local endpoints) mean "unset": never clobber the caller's.
+    values = {key: value for key, value in values.items() if value}
     # As in Lambda, the task root is the code directory: bundled files resolve against it.
     values["LAMBDA_TASK_ROOT"] = str(code_root(template, logical_id))
     return values
@@ -103,13 +105,20 @@ def code_root(template: Mapping[str, Any], logical_id: str) -> Path:
 @contextlib.contextmanager
 def environ(values: Mapping[str, str]) -> Iterator[None]:
     """Set environment variables for the duration, and the cached settings with them."""
+    from tally.handlers import writer_api
+    from tally.observability import metrics
     from tally.reconciler import runtime
     from tally.settings import settings
 
+    caches = (settings, runtime.rules, runtime._clients, writer_api._writers)
+
     saved = {key: os.environ.get(key) for key in values}
+    saved_namespace = metrics.namespace
     os.environ.update(values)
-    for cache in (settings, runtime.rules, runtime._clients):
+    for cache in caches:
         cache.cache_clear()
+    # Powertools reads its namespace when first imported; Lambda sets it before that.
+    metrics.namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or metrics.namespace
     try:
         yield
     finally:
@@ -118,5 +127,6 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
-        for cache in (settings, runtime.rules, runtime._clients):
+        for cache in caches:
             cache.cache_clear()
+        metrics.namespace = saved_namespace

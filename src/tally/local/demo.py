@@ -1,0 +1,264 @@
+"""`make demo`: a small app on the local stack, the faults real teams meet, and the catch.
+
+Posts with likes, orders with line totals and projects with gapless issue numbers are
+written by concurrent writers; then five faults are injected behind the writers' backs.
+The reconciler must catch each one from the stream, alert, and repair it, and a final
+audit must come back clean. Any fault left uncaught fails the demo.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from tally.local import inbox, runner
+from tally.local import stack as local_stack
+from tally.local.functions import environ
+from tally.local.pump import Pump
+from tally.local.stack import LocalStack
+from tally.rules import RuleSet, load_rules
+from tally.writers import SequenceAllocator, TallyWriter
+from tally.writers.transactions import deserialize, serialize
+
+POSTS, ORDERS, PROJECTS, THREADS = 12, 4, 3, 8
+
+
+@dataclass
+class Fault:
+    """One injected fault: what was done, what must catch it, and how to see it fixed."""
+
+    name: str
+    expected_kind: str
+    key: dict[str, str]
+    fixed: Callable[[], bool]
+    caught: str = "-"
+    repair: str = "-"
+
+
+def run_demo(state_dir: Path, keep: bool = False) -> int:
+    started = time.monotonic()
+    say("starting the local stack (DynamoDB Local, SNS and SQS on loopback)")
+    stack = local_stack.up(state_dir)
+    try:
+        with environ(local_stack.env(stack)):
+            return _demo(stack, state_dir, started)
+    finally:
+        if not keep:
+            local_stack.down(state_dir)
+            say("local stack stopped")
+
+
+def _demo(stack: LocalStack, state_dir: Path, started: float) -> int:
+    rules = load_rules()
+    ddb = stack.client("dynamodb")
+    table = stack.names()["Table"]
+    writer = TallyWriter(ddb, table, rules)
+    numbers = SequenceAllocator(ddb, table, rules)
+    pump = runner.pump(stack, state_dir)
+    pump.until_idle()  # start from a quiet stream
+
+    say(f"writing {POSTS} posts, {ORDERS} orders, {PROJECTS} projects from {THREADS} threads")
+    writes = _write_app(ddb, table, writer, numbers)
+    report = pump.until_idle()
+    checker_stats = f"{report.records} stream records verified in {report.batches} batches"
+    say(f"{writes} transactional writes; {checker_stats}, {len(_inbox(stack, state_dir))} alerts")
+
+    faults = _inject(ddb, table, rules)
+    say("faults injected: " + ", ".join(f.name for f in faults))
+    _settle(pump)
+    alerts = _inbox(stack, state_dir)
+    for fault in faults:
+        match = [a for a in alerts if a["key"] == fault.key and a["kind"] == fault.expected_kind]
+        if match:
+            fault.caught, fault.repair = match[0]["kind"], match[0]["repair"]["status"]
+    runner.save_checkpoint(pump, state_dir)
+
+    print("\nalerts the subscriber received:")
+    for alert in alerts:
+        print("  " + inbox.line(alert))
+
+    audit = _final_audit()
+    print("\n" + _summary(faults))
+    clean = sum(audit.findings.values()) == 0
+    print(
+        f"\nfinal audit: {audit.items_scanned} items, {sum(audit.parents.values())} parents, "
+        f"{sum(audit.findings.values())} findings{': clean' if clean else ''}"
+    )
+    missed = [f.name for f in faults if f.caught == "-" or not f.fixed()]
+    print(f"demo took {time.monotonic() - started:.0f} s")
+    if missed or not clean:
+        print(f"DEMO FAILED: uncaught or unrepaired: {missed or 'final audit not clean'}")
+        return 1
+    print("every injected fault was caught from the stream, alerted and repaired")
+    return 0
+
+
+def _write_app(ddb: Any, table: str, writer: TallyWriter, numbers: SequenceAllocator) -> int:
+    for post in range(POSTS):
+        _put(ddb, table, {"PK": f"POST#demo-{post}", "SK": "META", "likeTally": 0})
+    for order in range(ORDERS):
+        _put(ddb, table, {"PK": f"ORDER#{order}", "SK": "META", "total": Decimal(0)})
+
+    def client(thread: int) -> int:
+        rng = random.Random(thread)
+        done = 0
+        for step in range(12):
+            like = {
+                "PK": f"POST#demo-{rng.randrange(POSTS)}",
+                "SK": f"LIKE#USER#{rng.randrange(20)}",
+            }
+            (writer.add_child if rng.random() < 0.75 else writer.remove_child)(like)
+            line = {"PK": f"ORDER#{rng.randrange(ORDERS)}", "SK": f"LINE#{thread}-{step}"}
+            if step % 3 == 0:
+                writer.add_child(line, {"amount": Decimal(rng.randrange(100, 10_000)) / 100})
+            project = {"PK": f"PROJECT#demo-{rng.randrange(PROJECTS)}", "SK": "COUNTER#ISSUE"}
+            if step % 2 == 0:
+                numbers.allocate(project, strategy="gapless", attributes={"title": f"issue {step}"})
+            done += 3
+        return done
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        return sum(pool.map(client, range(THREADS)))
+
+
+def _inject(ddb: Any, table: str, rules: RuleSet) -> list[Fault]:
+    def item(pk: str, sk: str) -> dict[str, Any]:
+        raw = ddb.get_item(
+            TableName=table, Key=serialize({"PK": pk, "SK": sk}), ConsistentRead=True
+        )
+        return deserialize(raw.get("Item", {}))
+
+    def likes(post: str) -> int:
+        pages = ddb.get_paginator("query").paginate(
+            TableName=table,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :p)",
+            ExpressionAttributeValues=serialize({":pk": post, ":p": "LIKE#"}),
+            ConsistentRead=True,
+            Select="COUNT",
+        )
+        return sum(page["Count"] for page in pages)
+
+    def consistent(post: str) -> Callable[[], bool]:
+        return lambda: item(post, "META").get("likeTally") == likes(post)
+
+    # 1. a rogue client overwrites a counter
+    ddb.update_item(
+        TableName=table,
+        Key=serialize({"PK": "POST#demo-3", "SK": "META"}),
+        UpdateExpression="SET likeTally = :v",
+        ExpressionAttributeValues=serialize({":v": Decimal(999)}),
+    )
+    # 2. a child written without its counter bump
+    _put(ddb, table, {"PK": "POST#demo-5", "SK": "LIKE#USER#rogue"})
+    # 3. a client crashes between an atomic increment and its put
+    crashed = {"PK": "PROJECT#demo-0", "SK": "COUNTER#ISSUE"}
+    last = int(
+        ddb.update_item(
+            TableName=table,
+            Key=serialize(crashed),
+            UpdateExpression="ADD lastIssue :one",
+            ExpressionAttributeValues=serialize({":one": Decimal(1)}),
+            ReturnValues="UPDATED_NEW",
+        )["Attributes"]["lastIssue"]["N"]
+    )
+    # 4. a counter reset to 0 (seed 003's rogue reset)
+    reset = {"PK": "PROJECT#demo-1", "SK": "COUNTER#ISSUE"}
+    highest = int(item(reset["PK"], reset["SK"]).get("lastIssue", 0))
+    ddb.update_item(
+        TableName=table,
+        Key=serialize(reset),
+        UpdateExpression="SET lastIssue = :z",
+        ExpressionAttributeValues=serialize({":z": Decimal(0)}),
+    )
+    # 5. a string written into a counter
+    ddb.update_item(
+        TableName=table,
+        Key=serialize({"PK": "POST#demo-7", "SK": "META"}),
+        UpdateExpression="SET likeTally = :s",
+        ExpressionAttributeValues=serialize({":s": "12"}),
+    )
+    issue = rules["issue-numbers"]
+    gap_key = issue.member_key(crashed, last, rules.table)  # type: ignore[union-attr]
+    return [
+        Fault(
+            "rogue counter overwrite",
+            "drift",
+            {"PK": "POST#demo-3", "SK": "META"},
+            consistent("POST#demo-3"),
+        ),
+        Fault(
+            "child without counter",
+            "drift",
+            {"PK": "POST#demo-5", "SK": "META"},
+            consistent("POST#demo-5"),
+        ),
+        Fault(
+            "crash between increment and put",
+            "gap",
+            crashed,
+            lambda: item(gap_key["PK"], gap_key["SK"]).get("void") is True,
+        ),
+        Fault(
+            "counter reset to 0",
+            "counter_behind",
+            reset,
+            lambda: int(item(reset["PK"], reset["SK"]).get("lastIssue", 0)) == highest,
+        ),
+        Fault(
+            "string in a counter",
+            "invalid_counter",
+            {"PK": "POST#demo-7", "SK": "META"},
+            consistent("POST#demo-7"),
+        ),
+    ]
+
+
+def _settle(pump: Pump, deadline_seconds: float = 90) -> None:
+    """Pump until the stream is drained and every recheck has come due and run."""
+    deadline = time.monotonic() + deadline_seconds
+    waiting = 0
+    while time.monotonic() < deadline:
+        report = pump.until_idle(max_seconds=deadline - time.monotonic())
+        if report.pending_rechecks == 0:
+            return
+        if report.pending_rechecks != waiting:
+            waiting = report.pending_rechecks
+            say(f"waiting for {waiting} rechecks to come due (the sequences' grace period)")
+        time.sleep(2)
+
+
+def _final_audit() -> Any:
+    from tally.reconciler import runtime
+    from tally.reconciler.full_audit import full_audit
+    from tally.reconciler.repairs import RepairPolicy
+
+    checker = runtime.reconciler()
+    checker.policy = RepairPolicy(dry_run=True)
+    return full_audit(checker)
+
+
+def _inbox(stack: LocalStack, state_dir: Path) -> list[dict[str, Any]]:
+    return inbox.collect(stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"], state_dir)
+
+
+def _summary(faults: list[Fault]) -> str:
+    lines = [f"{'injected fault':<34} {'caught as':<16} {'repair':<9} {'fixed':<5}", "-" * 68]
+    for fault in faults:
+        fixed = "yes" if fault.fixed() else "NO"
+        lines.append(f"{fault.name:<34} {fault.caught:<16} {fault.repair:<9} {fixed:<5}")
+    return "\n".join(lines)
+
+
+def _put(ddb: Any, table: str, item: dict[str, Any]) -> None:
+    ddb.put_item(TableName=table, Item=serialize(item))
+
+
+def say(line: str) -> None:
+    print(f"demo: {line}", file=sys.stderr, flush=True)

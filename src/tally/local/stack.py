@@ -1,0 +1,517 @@
+"""The local stack behind `tally local up/down/env`: DynamoDB Local and moto's server (SNS,
+SQS) as background processes that outlive the command, holding template.yaml's resources.
+
+`up` records what it started in ``<state dir>/local.json``; `down` stops exactly that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.local.dynamodb_local import JAR_NAME, DynamoDBLocalUnavailable, tail
+from tally.local.dynamodb_local import command as dynamodb_command
+from tally.local.template import TEMPLATE_PATH, create_table, load_template, resource
+
+DEFAULT_STATE_DIR = Path(__file__).resolve().parents[3] / ".tally"
+STATE_FILE = "local.json"
+DYNAMODB_LOG = "dynamodb-local.log"
+MOTO_LOG = "moto.log"
+
+TABLE = "tally-local-table"
+AUDIT_TABLE = "tally-local-audit"
+ALERT_TOPIC = "tally-local-alerts"
+ALERT_INBOX = "tally-local-alert-inbox"
+RECHECK_QUEUE = "tally-local-rechecks"
+RECHECK_DEAD_LETTER_QUEUE = "tally-local-rechecks-dead-letter"
+STREAM_FAILURE_QUEUE = "tally-local-stream-failures"
+
+REGION = "us-east-1"
+# Fixed dummy credentials, in clients and exports alike: no real key ever reaches a local
+# endpoint, and a DynamoDB Local without -sharedDb (Docker's default) keys its database on them.
+ACCESS_KEY_ID = "local"
+SECRET_ACCESS_KEY = "local"
+
+# Each process is recognised by an argument of its command line (and its port) before
+# `down` signals it, so a pid reused by another program is never touched.
+DYNAMODB_MARKER = JAR_NAME
+MOTO_MARKER = "moto.server"
+
+# Template properties that map one-to-one onto SNS/SQS attributes.
+_TOPIC_ATTRIBUTES = frozenset({"DisplayName"})
+_QUEUE_ATTRIBUTES = frozenset(
+    {
+        "DelaySeconds",
+        "MaximumMessageSize",
+        "MessageRetentionPeriod",
+        "ReceiveMessageWaitTimeSeconds",
+        "SqsManagedSseEnabled",
+        "VisibilityTimeout",
+    }
+)
+# Encryption with a customer key needs KMS, which local mode does not run.
+_LOCALLY_IGNORED = frozenset({"KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds"})
+
+_PROBE = Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1})
+
+Service = Literal["dynamodb", "dynamodbstreams", "sns", "sqs"]
+
+
+class LocalStackError(RuntimeError):
+    """The local stack cannot be started, read or stopped; the message says why."""
+
+
+def _client(service: Service, endpoint: str, config: Config | None = None) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id=ACCESS_KEY_ID,
+        aws_secret_access_key=SECRET_ACCESS_KEY,
+        config=config,
+    )
+
+
+@dataclass(frozen=True)
+class LocalStack:
+    """What `up` started and created; everything but the last two fields is in the state file."""
+
+    started_at: str
+    dynamodb_endpoint: str
+    # None when DYNAMODB_ENDPOINT named a DynamoDB that `up` did not start (nor `down` stops).
+    dynamodb_pid: int | None
+    dynamodb_port: int | None
+    moto_endpoint: str
+    moto_pid: int
+    moto_port: int
+    table_name: str
+    table_stream_arn: str
+    audit_table_name: str
+    alert_topic_arn: str
+    alert_inbox_url: str
+    alert_subscription_arn: str
+    recheck_queue_url: str
+    recheck_dead_letter_queue_url: str
+    stream_failure_queue_url: str
+    state_dir: Path
+    # True when `up` found this stack running and left it as it was.
+    already_running: bool = False
+
+    def names(self) -> dict[str, str]:
+        """Template logical id -> local name, ARN or URL: what ``Ref`` resolves to."""
+        return {
+            "Table": self.table_name,
+            "AuditTable": self.audit_table_name,
+            "AlertTopic": self.alert_topic_arn,
+            "RecheckQueue": self.recheck_queue_url,
+            "RecheckDeadLetterQueue": self.recheck_dead_letter_queue_url,
+            "StreamFailureQueue": self.stream_failure_queue_url,
+        }
+
+    def client(self, service: Service) -> Any:
+        """A boto3 client for the service's local endpoint, with the dummy credentials."""
+        endpoint = self.moto_endpoint if service in ("sns", "sqs") else self.dynamodb_endpoint
+        return _client(service, endpoint)
+
+    def save(self) -> None:
+        """Write the state file, atomically so a concurrent reader never sees half of it."""
+        state = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in ("state_dir", "already_running")
+        }
+        path = self.state_dir / STATE_FILE
+        staging = path.with_suffix(".tmp")
+        staging.write_text(json.dumps(state, indent=2) + "\n")
+        staging.replace(path)
+
+
+def load(state_dir: Path = DEFAULT_STATE_DIR) -> LocalStack | None:
+    """The stack recorded in the state directory, or None if there is none."""
+    path = state_dir / STATE_FILE
+    try:
+        state = json.loads(path.read_text())
+        return LocalStack(**state, state_dir=state_dir)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError) as exc:
+        raise LocalStackError(
+            f"{path} is not a readable tally local state file ({exc}); "
+            "stop the processes it names and remove it"
+        ) from exc
+
+
+def env(stack: LocalStack) -> dict[str, str]:
+    """Environment variables that point boto3 programs and the handlers at the stack."""
+    return {
+        # boto3's own per-service endpoint variables: programs need no code change.
+        "AWS_ENDPOINT_URL_DYNAMODB": stack.dynamodb_endpoint,
+        "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": stack.dynamodb_endpoint,
+        "AWS_ENDPOINT_URL_SNS": stack.moto_endpoint,
+        "AWS_ENDPOINT_URL_SQS": stack.moto_endpoint,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
+        "TABLE_NAME": stack.table_name,
+        "AUDIT_TABLE_NAME": stack.audit_table_name,
+        "ALERT_TOPIC_ARN": stack.alert_topic_arn,
+        "RECHECK_QUEUE_URL": stack.recheck_queue_url,
+        "STREAM_FAILURE_QUEUE_URL": stack.stream_failure_queue_url,
+        "ALERT_INBOX_URL": stack.alert_inbox_url,
+    }
+
+
+def exports(stack: LocalStack) -> str:
+    """`env` as shell ``export`` lines, for ``eval "$(tally local env)"``."""
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in env(stack).items())
+
+
+def up(
+    state_dir: Path = DEFAULT_STATE_DIR,
+    *,
+    dynamodb_port: int | None = None,
+    moto_port: int | None = None,
+    startup_timeout: float = 60.0,
+) -> LocalStack:
+    """Start the stack and create the template's resources, or return the running one.
+
+    Ports default to free ones. A stack recorded in ``state_dir`` whose processes still
+    answer is returned as is (``already_running``); one whose processes are gone is replaced.
+    With DYNAMODB_ENDPOINT set, that DynamoDB is used and no DynamoDB Local is started.
+    """
+    existing = load(state_dir)
+    if existing is not None:
+        if _answers(existing):
+            return replace(existing, already_running=True)
+        down(state_dir)  # stops whichever of its processes survived
+    # Only DYNAMODB_ENDPOINT: AWS_ENDPOINT_URL_DYNAMODB may be a stale `tally local env` export.
+    external = os.environ.get("DYNAMODB_ENDPOINT")
+    if external and dynamodb_port is not None:
+        raise LocalStackError(f"DYNAMODB_ENDPOINT={external} is set; no DynamoDB port to choose")
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as held:
+        moto_port = _reserve_port(held, "127.0.0.1", moto_port, "moto server")
+        dynamodb: tuple[list[str], Path] | None = None
+        if not external:
+            # DynamoDB Local cannot bind loopback only, so the port must be free everywhere.
+            dynamodb_port = _reserve_port(held, "", dynamodb_port, "DynamoDB Local")
+            try:
+                # Before anything starts, so a missing Java or npm leaves nothing behind.
+                dynamodb = dynamodb_command(dynamodb_port)
+            except DynamoDBLocalUnavailable as exc:
+                raise LocalStackError(str(exc)) from exc
+
+    started: list[int] = []
+    try:
+        moto_endpoint = f"http://127.0.0.1:{moto_port}"
+        moto = _spawn(
+            [sys.executable, "-m", MOTO_MARKER, "-H", "127.0.0.1", "-p", str(moto_port)],
+            cwd=state_dir,
+            log=state_dir / MOTO_LOG,
+        )
+        started.append(moto.pid)
+        dynamodb_process = None
+        if dynamodb is not None:
+            command, cwd = dynamodb
+            dynamodb_process = _spawn(command, cwd=cwd, log=state_dir / DYNAMODB_LOG)
+            started.append(dynamodb_process.pid)
+        dynamodb_endpoint = external or f"http://127.0.0.1:{dynamodb_port}"
+
+        # Both start at once (moto ~1 s, the JVM ~3 s, more on a busy machine); wait for each.
+        deadline = time.monotonic() + startup_timeout
+        sqs = _client("sqs", moto_endpoint, _PROBE)
+        _wait_ready("moto server", moto, state_dir / MOTO_LOG, sqs.list_queues, deadline)
+        list_tables = partial(_client("dynamodb", dynamodb_endpoint, _PROBE).list_tables, Limit=1)
+        if dynamodb_process is not None:
+            log = state_dir / DYNAMODB_LOG
+            _wait_ready("DynamoDB Local", dynamodb_process, log, list_tables, deadline)
+        elif not _probe(list_tables):
+            raise LocalStackError(f"DYNAMODB_ENDPOINT={external} does not answer")
+
+        stack = _create_resources(
+            state_dir,
+            dynamodb_endpoint=dynamodb_endpoint,
+            dynamodb_pid=None if dynamodb_process is None else dynamodb_process.pid,
+            dynamodb_port=dynamodb_port,
+            moto_endpoint=moto_endpoint,
+            moto_pid=moto.pid,
+            moto_port=moto_port,
+        )
+        stack.save()
+    except BaseException:
+        _stop(started, timeout=10.0)
+        raise
+    return stack
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, timeout: float = 10.0) -> list[str]:
+    """Stop the processes `up` recorded and remove the state file; returns what it stopped.
+
+    A recorded pid that no longer runs the program `up` started is left alone.
+    """
+    stack = load(state_dir)
+    if stack is None:
+        return []
+    ours = {
+        pid: f"{name} (pid {pid}, port {port})"
+        for name, pid, marker, port in _recorded(stack)
+        if _looks_like(pid, marker, port)
+    }
+    _stop(list(ours), timeout)
+    (state_dir / STATE_FILE).unlink(missing_ok=True)
+    return list(ours.values())
+
+
+def _recorded(stack: LocalStack) -> list[tuple[str, int, str, int]]:
+    """(name, pid, command-line marker, port) of each process the stack started."""
+    recorded = [("moto server", stack.moto_pid, MOTO_MARKER, stack.moto_port)]
+    if stack.dynamodb_pid is not None and stack.dynamodb_port is not None:
+        recorded.append(
+            ("DynamoDB Local", stack.dynamodb_pid, DYNAMODB_MARKER, stack.dynamodb_port)
+        )
+    return recorded
+
+
+def _answers(stack: LocalStack) -> bool:
+    """Whether the recorded processes are still ours and every endpoint answers."""
+    if not all(_looks_like(pid, marker, port) for _, pid, marker, port in _recorded(stack)):
+        return False
+    ddb = _client("dynamodb", stack.dynamodb_endpoint, _PROBE)
+    sqs = _client("sqs", stack.moto_endpoint, _PROBE)
+    return _probe(partial(ddb.list_tables, Limit=1)) and _probe(sqs.list_queues)
+
+
+def _probe(call: Callable[[], object]) -> bool:
+    try:
+        call()
+    except (BotoCoreError, ClientError):
+        return False
+    return True
+
+
+def _reserve_port(held: contextlib.ExitStack, host: str, port: int | None, what: str) -> int:
+    """Bind ``port`` (or a free one) and hold it until ``held`` closes; returns the port.
+
+    Holding every port until all are chosen keeps two services from drawing the same one.
+    """
+    sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    try:
+        sock.bind((host, port or 0))
+    except OSError as exc:
+        raise LocalStackError(
+            f"port {port} for {what} is already in use ({exc.strerror}); "
+            "choose another or stop what holds it"
+        ) from exc
+    chosen: int = sock.getsockname()[1]
+    return chosen
+
+
+def _spawn(command: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        # A session of its own: Ctrl-C or closing the terminal that ran `up` leaves it running.
+        return subprocess.Popen(
+            command,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _wait_ready(
+    name: str,
+    process: subprocess.Popen[bytes],
+    log: Path,
+    probe: Callable[[], object],
+    deadline: float,
+) -> None:
+    while True:
+        if process.poll() is not None:
+            raise LocalStackError(
+                f"{name} exited with {process.returncode}; log {log}:\n{tail(log)}"
+            )
+        try:
+            probe()
+            return
+        except BotoCoreError:
+            if time.monotonic() > deadline:
+                raise LocalStackError(
+                    f"{name} did not answer in time; log {log}:\n{tail(log)}"
+                ) from None
+            time.sleep(0.1)
+
+
+def _create_resources(
+    state_dir: Path,
+    *,
+    dynamodb_endpoint: str,
+    dynamodb_pid: int | None,
+    dynamodb_port: int | None,
+    moto_endpoint: str,
+    moto_pid: int,
+    moto_port: int,
+) -> LocalStack:
+    """Create the template's tables, topic and queues, and the alert inbox subscribed to it."""
+    template = load_template(TEMPLATE_PATH)
+    dynamodb = _client("dynamodb", dynamodb_endpoint)
+    table = _table(dynamodb, template, "Table", TABLE)
+    _table(dynamodb, template, "AuditTable", AUDIT_TABLE)
+
+    sns = _client("sns", moto_endpoint)
+    sqs = _client("sqs", moto_endpoint)
+    topic_properties = resource(template, "AlertTopic", "AWS::SNS::Topic").get("Properties", {})
+    topic_arn: str = sns.create_topic(
+        Name=ALERT_TOPIC, Attributes=_attributes("AlertTopic", topic_properties, _TOPIC_ATTRIBUTES)
+    )["TopicArn"]
+    arns: dict[str, str] = {}
+    dead_letter_url = _queue(
+        sqs, template, "RecheckDeadLetterQueue", RECHECK_DEAD_LETTER_QUEUE, arns
+    )
+    recheck_url = _queue(sqs, template, "RecheckQueue", RECHECK_QUEUE, arns)
+    failure_url = _queue(sqs, template, "StreamFailureQueue", STREAM_FAILURE_QUEUE, arns)
+    inbox_url: str = sqs.create_queue(QueueName=ALERT_INBOX)["QueueUrl"]
+    subscription_arn: str = sns.subscribe(
+        TopicArn=topic_arn,
+        Protocol="sqs",
+        Endpoint=_queue_arn(sqs, inbox_url),
+        ReturnSubscriptionArn=True,
+    )["SubscriptionArn"]
+    return LocalStack(
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        table_name=TABLE,
+        table_stream_arn=table["LatestStreamArn"],
+        audit_table_name=AUDIT_TABLE,
+        alert_topic_arn=topic_arn,
+        alert_inbox_url=inbox_url,
+        alert_subscription_arn=subscription_arn,
+        recheck_queue_url=recheck_url,
+        recheck_dead_letter_queue_url=dead_letter_url,
+        stream_failure_queue_url=failure_url,
+        dynamodb_endpoint=dynamodb_endpoint,
+        dynamodb_pid=dynamodb_pid,
+        dynamodb_port=dynamodb_port,
+        moto_endpoint=moto_endpoint,
+        moto_pid=moto_pid,
+        moto_port=moto_port,
+        state_dir=state_dir,
+    )
+
+
+def _table(client: Any, template: dict[str, Any], logical_id: str, name: str) -> dict[str, Any]:
+    try:
+        return create_table(client, template, logical_id, name)
+    except client.exceptions.ResourceInUseException:
+        # Only on a DYNAMODB_ENDPOINT of the user's, which keeps its tables across `down`.
+        table: dict[str, Any] = client.describe_table(TableName=name)["Table"]
+        return table
+
+
+def _queue(
+    sqs: Any, template: dict[str, Any], logical_id: str, name: str, arns: dict[str, str]
+) -> str:
+    """Create the template's queue as ``name`` and return its URL; ``arns`` gains its ARN.
+
+    A redrive policy's dead-letter queue must be created first, so its ARN is in ``arns``.
+    """
+    properties = dict(resource(template, logical_id, "AWS::SQS::Queue").get("Properties", {}))
+    redrive = properties.pop("RedrivePolicy", None)
+    attributes = _attributes(logical_id, properties, _QUEUE_ATTRIBUTES)
+    if redrive is not None:
+        target, _ = redrive["deadLetterTargetArn"]["Fn::GetAtt"]
+        attributes["RedrivePolicy"] = json.dumps(
+            {
+                "deadLetterTargetArn": arns[target],
+                "maxReceiveCount": int(redrive["maxReceiveCount"]),
+            }
+        )
+    url: str = sqs.create_queue(QueueName=name, Attributes=attributes)["QueueUrl"]
+    arns[logical_id] = _queue_arn(sqs, url)
+    return url
+
+
+def _queue_arn(sqs: Any, url: str) -> str:
+    arn: str = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    return arn
+
+
+def _attributes(
+    logical_id: str, properties: Mapping[str, Any], supported: frozenset[str]
+) -> dict[str, str]:
+    """The properties as SNS/SQS attributes; an error for any local mode cannot honour."""
+    unsupported = set(properties) - supported - _LOCALLY_IGNORED
+    if unsupported:
+        raise LocalStackError(
+            f"local mode cannot create {logical_id} with {', '.join(sorted(unsupported))}; "
+            "teach tally.local.stack that property"
+        )
+    return {
+        key: str(value).lower() if isinstance(value, bool) else str(value)
+        for key, value in properties.items()
+        if key in supported
+    }
+
+
+def _looks_like(pid: int, marker: str, port: int) -> bool:
+    """Whether ``pid`` still runs the program `up` started: its marker and port as arguments."""
+    try:
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return marker.encode() in arguments and str(port).encode() in arguments
+
+
+def _gone(pid: int) -> bool:
+    # Reap it if it is our own child (`up` and `down` in one process, as in the tests).
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    state, parent = stat.rpartition(")")[2].split()[:2]
+    # An exited process whose parent is not us (maybe a PID 1 that never reaps) stays a
+    # zombie that only its parent can remove; our own is reaped by the next call.
+    return state == "Z" and int(parent) != os.getpid()
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait up to ``timeout`` for the processes to exit; returns those still running."""
+    deadline = time.monotonic() + timeout
+    running = [pid for pid in pids if not _gone(pid)]
+    while running and time.monotonic() < deadline:
+        time.sleep(0.05)
+        running = [pid for pid in running if not _gone(pid)]
+    return running
+
+
+def _stop(pids: list[int], timeout: float) -> None:
+    """Terminate the processes, kill those that outlive ``timeout``, and wait for them."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        pids = _wait_gone(pids, wait)
+        if not pids:
+            return
+    raise LocalStackError(f"processes {pids} did not exit after SIGKILL")

@@ -1,0 +1,365 @@
+"""template.yaml is wired to the code: handlers, environment, stream mapping, guard rails.
+
+No AWS: the template is read as YAML (intrinsics in long form) and the handlers imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tally.local.functions import Function, code_root, environment, function, functions
+from tally.local.template import TEMPLATE_PATH, load_template
+from tally.rules import CountRule, Pattern, RuleSet, SequenceRule, SumRule, load_rules
+from tally.settings import Settings
+
+TEMPLATE = load_template(TEMPLATE_PATH)
+FUNCTIONS = functions(TEMPLATE)
+RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
+ENV_FILE = TEMPLATE_PATH.parent / "events" / "env.json"
+
+# What every function that builds a Reconciler needs, named so a refactor cannot drop them.
+RECONCILER_VARIABLES = {
+    "TABLE_NAME",
+    "RULES_FILE",
+    "AUDIT_TABLE_NAME",
+    "ALERT_TOPIC_ARN",
+    "RECHECK_QUEUE_URL",
+}
+RECONCILING_FUNCTIONS = ("ReconcilerFunction", "RecheckFunction", "AuditFunction")
+
+
+def by_type(kind: str) -> dict[str, dict[str, Any]]:
+    return {name: body for name, body in RESOURCES.items() if body.get("Type") == kind}
+
+
+def local_names() -> dict[str, str]:
+    """Stand-in names for every resource the environment may refer to."""
+    return {name: f"tally-local-{name.lower()}" for name in RESOURCES}
+
+
+def ids(spec: Function) -> str:
+    return spec.logical_id
+
+
+# --- which Settings the code a function runs reads ------------------------------------------
+
+
+def _imported(module: str, tree: ast.Module) -> Iterator[str]:
+    """The tally modules (and their parent packages) one module imports."""
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            base = node.module
+            if node.level:
+                package = module.rsplit(".", node.level)[0]
+                base = f"{package}.{node.module}"
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "tally":
+                continue
+            for end in range(1, len(parts) + 1):
+                yield ".".join(parts[:end])
+
+
+def code_of(module: str) -> dict[str, str]:
+    """Source of every tally module ``module`` loads, directly or not (static imports)."""
+    sources: dict[str, str] = {}
+    pending = [module]
+    while pending:
+        name = pending.pop()
+        if name in sources:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except ModuleNotFoundError:
+            spec = None
+        if spec is None or spec.origin is None:
+            continue  # an attribute imported from a package, not a module
+        source = Path(spec.origin).read_text(encoding="utf-8")
+        sources[name] = source
+        pending.extend(_imported(name, ast.parse(source)))
+    return sources
+
+
+def settings_read(handler: str) -> set[str]:
+    """Environment variables (Settings aliases) read by the modules behind ``handler``."""
+    module = handler.rpartition(".")[0]
+    readers = [
+        source
+        for name, source in code_of(module).items()
+        if name != "tally.settings" and re.search(r"from tally\.settings import", source)
+    ]
+    read = set()
+    for field, info in Settings.model_fields.items():
+        used = re.compile(rf"\.{field}\b|[\"']{field}[\"']")
+        if any(used.search(source) for source in readers):
+            assert info.alias is not None, f"Settings.{field} has no environment alias"
+            read.add(info.alias)
+    return read
+
+
+# --- functions: handlers and environment ----------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", FUNCTIONS, ids=ids)
+def test_handler_imports(spec: Function) -> None:
+    assert callable(spec.load())
+
+
+@pytest.mark.parametrize("spec", FUNCTIONS, ids=ids)
+def test_environment_sets_every_setting_the_code_reads(spec: Function) -> None:
+    read = settings_read(spec.handler)
+    assert read, f"{spec.handler}: found no Settings read; the derivation is broken"
+    missing = read - set(spec.environment)
+    assert not missing, f"{spec.logical_id} runs code reading {sorted(missing)}, not set"
+
+
+@pytest.mark.parametrize("logical_id", RECONCILING_FUNCTIONS)
+def test_reconciling_functions_read_and_get_the_reconciler_settings(logical_id: str) -> None:
+    spec = function(TEMPLATE, logical_id)
+    assert settings_read(spec.handler) >= RECONCILER_VARIABLES
+    assert set(spec.environment) >= RECONCILER_VARIABLES
+
+
+@pytest.mark.parametrize("spec", FUNCTIONS, ids=ids)
+def test_environment_defaults_validate_as_settings(spec: Function) -> None:
+    """Parameter defaults (REPAIR_BUDGET, DRY_RUN, ...) parse the way the code reads them."""
+    values = environment(TEMPLATE, spec.logical_id, local_names())
+    settings = Settings.model_validate(values)
+    assert settings.repair_budget >= 0
+    assert (Path(values["LAMBDA_TASK_ROOT"]) / values["RULES_FILE"]).is_file()
+
+
+def test_powertools_is_configured_for_every_function() -> None:
+    variables = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    for name in ("POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POWERTOOLS_LOG_LEVEL"):
+        assert variables.get(name), f"Globals set no {name}"
+
+
+def test_globals_pin_the_runtime() -> None:
+    defaults = TEMPLATE["Globals"]["Function"]
+    assert re.fullmatch(r"python3\.(1[1-9]|[2-9]\d)", defaults["Runtime"])
+    assert defaults["Architectures"] == ["arm64"]
+    assert defaults["Tracing"] == "Active"
+    assert isinstance(defaults["Timeout"], int) and defaults["Timeout"] > 0
+    assert isinstance(defaults["MemorySize"], int) and defaults["MemorySize"] >= 128
+
+
+# --- the stream event source mapping --------------------------------------------------------
+
+
+def stream_event() -> dict[str, Any]:
+    spec = function(TEMPLATE, "ReconcilerFunction")
+    streams = [e for e in spec.events.values() if e.get("Type") == "DynamoDB"]
+    assert len(streams) == 1
+    properties: dict[str, Any] = streams[0]["Properties"]
+    return properties
+
+
+def test_stream_mapping_retries_finitely_and_reports_failed_records() -> None:
+    stream = stream_event()
+    assert stream["Stream"] == {"Fn::GetAtt": ["Table", "StreamArn"]}
+    assert stream["BisectBatchOnFunctionError"] is True
+    # -1 means forever: a poisoned record would block its shard for the stream's lifetime.
+    retries, age = stream["MaximumRetryAttempts"], stream["MaximumRecordAgeInSeconds"]
+    assert isinstance(retries, int) and 0 <= retries <= 10_000
+    assert isinstance(age, int) and 60 <= age <= 604_800
+    assert stream["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    on_failure = stream["DestinationConfig"]["OnFailure"]
+    assert on_failure["Type"] == "SQS"
+    queue, attribute = on_failure["Destination"]["Fn::GetAtt"]
+    assert (RESOURCES[queue]["Type"], attribute) == ("AWS::SQS::Queue", "Arn")
+
+
+@pytest.mark.parametrize("setting", ["StartingPosition", "ParallelizationFactor"])
+def test_stream_mapping_setting_is_a_parameter(setting: str) -> None:
+    value = stream_event()[setting]
+    assert set(value) == {"Ref"}, f"{setting} is hard-coded: {value!r}"
+    assert value["Ref"] in TEMPLATE["Parameters"]
+
+
+def test_recheck_queue_feeds_partial_batch_responses_and_outlives_the_function() -> None:
+    spec = function(TEMPLATE, "RecheckFunction")
+    (event,) = (e for e in spec.events.values() if e.get("Type") == "SQS")
+    assert event["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    queue = event["Properties"]["Queue"]["Fn::GetAtt"][0]
+    # AWS's advice for SQS event sources: visibility at least six times the function timeout.
+    assert RESOURCES[queue]["Properties"]["VisibilityTimeout"] >= 6 * spec.timeout
+
+
+# --- the stream filter is in step with the rules file ---------------------------------------
+
+
+def bundled_rules() -> RuleSet:
+    """The rules file the template bundles, found the way Lambda finds it."""
+    spec = function(TEMPLATE, "ReconcilerFunction")
+    return load_rules(code_root(TEMPLATE, "ReconcilerFunction") / spec.environment["RULES_FILE"])
+
+
+def partition_key_patterns(rules: RuleSet) -> list[Pattern]:
+    """Every partition-key pattern an item some rule cares about can have."""
+    pk = rules.table.partition_key
+    patterns: list[Pattern] = []
+    for rule in rules:
+        patterns.append(rule.parent_pattern[pk])
+        if isinstance(rule, CountRule | SumRule):
+            patterns.append(rule.child_pattern(rules.table)[pk])
+        else:
+            assert isinstance(rule, SequenceRule)
+            member = rule.member_pattern(rules.table)
+            assert pk in member, f"{rule.name}: members unconstrained on {pk}; nothing to filter"
+            patterns.append(member[pk])
+    return patterns
+
+
+def filter_elements(rules: RuleSet) -> list[Any]:
+    """The values the stream filter admits for the partition key (all filters, OR'ed)."""
+    pk = rules.table.partition_key
+    elements: list[Any] = []
+    for entry in stream_event()["FilterCriteria"]["Filters"]:
+        pattern = json.loads(entry["Pattern"])
+        # Only the key is filtered: INSERT, MODIFY and REMOVE (and TTL deletes) all pass.
+        assert list(pattern) == ["dynamodb"]
+        assert list(pattern["dynamodb"]) == ["Keys"]
+        assert list(pattern["dynamodb"]["Keys"]) == [pk]
+        assert list(pattern["dynamodb"]["Keys"][pk]) == ["S"]
+        elements.extend(pattern["dynamodb"]["Keys"][pk]["S"])
+    return elements
+
+
+def admits(elements: list[Any], value: str) -> bool:
+    """EventBridge-style matching for the two forms the filter may use."""
+    for element in elements:
+        if isinstance(element, str):
+            if value == element:
+                return True
+        elif isinstance(element, dict) and set(element) == {"prefix"}:
+            if value.startswith(element["prefix"]):
+                return True
+        else:
+            pytest.fail(f"unexpected filter element {element!r}")
+    return False
+
+
+def test_filter_lists_exactly_the_rules_partition_key_patterns() -> None:
+    rules = bundled_rules()
+    expected = {
+        json.dumps({"prefix": p.value} if p.is_prefix else p.value)
+        for p in partition_key_patterns(rules)
+    }
+    assert {json.dumps(element) for element in filter_elements(rules)} == expected
+
+
+def test_filter_admits_what_the_rules_match_and_nothing_else() -> None:
+    rules = bundled_rules()
+    patterns = partition_key_patterns(rules)
+    elements = filter_elements(rules)
+    probes = {"NOTE#1", "post#a91f", "META", "x"}
+    for p in patterns:
+        probes |= {p.value, p.value + "a91f", p.value + "X", p.value[:-1] or p.value}
+    for value in sorted(probes):
+        wanted = any(p.matches(value) for p in patterns)
+        assert admits(elements, value) == wanted, f"{value!r}: rules want it: {wanted}"
+    assert not admits(elements, "NOTE#1")
+
+
+# --- guard rails ----------------------------------------------------------------------------
+
+
+def test_every_log_group_expires_and_every_function_uses_one() -> None:
+    groups = by_type("AWS::Logs::LogGroup")
+    assert groups
+    for name, body in groups.items():
+        assert "RetentionInDays" in body["Properties"], f"{name} keeps logs forever"
+    for spec in FUNCTIONS:
+        props = RESOURCES[spec.logical_id]["Properties"]
+        group = props.get("LoggingConfig", {}).get("LogGroup", {}).get("Ref")
+        assert group in groups, f"{spec.logical_id} logs to a group with no retention"
+
+
+def test_every_alarm_notifies_the_alert_topic() -> None:
+    alarms = by_type("AWS::CloudWatch::Alarm")
+    assert alarms
+    for name, body in alarms.items():
+        props = body["Properties"]
+        assert props.get("TreatMissingData") == "notBreaching", name
+        assert {"Ref": "AlertTopic"} in props.get("AlarmActions", []), name
+
+
+def test_tables_are_retained_recoverable_and_encrypted() -> None:
+    tables = by_type("AWS::DynamoDB::Table")
+    assert {"Table", "AuditTable"} <= set(tables)
+    for name, body in tables.items():
+        assert body.get("DeletionPolicy") == "Retain", name
+        assert body.get("UpdateReplacePolicy") == "Retain", name
+        props = body["Properties"]
+        assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+        assert props["SSESpecification"]["SSEEnabled"] is True
+
+
+def statements(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every IAM statement under ``node`` (policy documents, SAM inline policies, key policies)."""
+    if isinstance(node, Mapping):
+        found = node.get("Statement")
+        if isinstance(found, list):
+            for statement in found:
+                yield where, statement
+        for key, value in node.items():
+            yield from statements(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from statements(value, f"{where}[{index}]")
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_no_wildcard_actions_or_resources_outside_the_key_policy() -> None:
+    checked = 0
+    for name, body in RESOURCES.items():
+        # In a KMS key policy, Resource "*" means this key, and only the key policy applies.
+        key_policy = body.get("Type") == "AWS::KMS::Key"
+        for where, statement in statements(body.get("Properties", {}), name):
+            if key_policy and ".KeyPolicy" in where:
+                continue
+            checked += 1
+            for action in as_list(statement.get("Action", [])):
+                assert action != "*" and not str(action).endswith(":*"), f"{where}: {action}"
+            for resource in as_list(statement.get("Resource", [])):
+                assert resource != "*", f"{where}: Resource '*'"
+            assert statement.get("Principal") not in ("*", {"AWS": "*"}), f"{where}: anyone"
+            assert "NotAction" not in statement and "NotResource" not in statement, where
+    assert checked >= 3, "found too few statements: the walk is broken"
+
+
+# --- events/env.json for `sam local invoke` --------------------------------------------------
+
+
+def test_env_file_sets_each_function_s_resource_names_and_only_declared_variables() -> None:
+    env = json.loads(ENV_FILE.read_text())
+    assert set(env) == {spec.logical_id for spec in FUNCTIONS}
+    for spec in FUNCTIONS:
+        values = env[spec.logical_id]
+        # sam local invoke silently ignores variables the template does not declare.
+        undeclared = set(values) - set(spec.environment)
+        assert not undeclared, f"{spec.logical_id}: {sorted(undeclared)} would be ignored"
+        refs = {
+            name
+            for name, value in spec.environment.items()
+            if isinstance(value, dict) and value.get("Ref") in RESOURCES
+        }
+        assert refs <= set(values), f"{spec.logical_id}: resource names unset: {refs - set(values)}"
+        assert all(isinstance(v, str) and v for v in values.values())
+        assert Settings.model_validate(values).table_name == values["TABLE_NAME"]
