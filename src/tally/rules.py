@@ -68,10 +68,21 @@ def _overlap(a: KeyPattern, b: KeyPattern) -> bool:
     return all(a[name].overlaps(b[name]) for name in a.keys() & b.keys())
 
 
-def _matches(pattern: KeyPattern, key: Mapping[str, Any]) -> bool:
-    return all(
-        isinstance(key.get(name), str) and p.matches(key[name]) for name, p in pattern.items()
-    )
+_Checks = tuple[tuple[str, str, bool], ...]
+
+
+def _checks(pattern: KeyPattern) -> _Checks:
+    return tuple((name, p.value, p.is_prefix) for name, p in pattern.items())
+
+
+def _checks_pass(checks: _Checks, key: Mapping[str, Any]) -> bool:
+    for name, value, is_prefix in checks:
+        actual = key.get(name)
+        if actual.__class__ is not str:
+            return False
+        if not (actual.startswith(value) if is_prefix else actual == value):
+            return False
+    return True
 
 
 def _parse_patterns(raw: Mapping[str, str]) -> KeyPattern:
@@ -234,6 +245,7 @@ class SequenceRule(_RuleBase):
 
 
 Rule = Annotated[CountRule | SumRule | SequenceRule, Field(discriminator="kind")]
+AnyRule = CountRule | SumRule | SequenceRule
 
 
 class _RulesDocument(_Strict):
@@ -257,6 +269,7 @@ class RuleSet:
         self.table = table
         self.rules = rules
         self._by_name = {rule.name: rule for rule in rules}
+        self._compiled: list[tuple[AnyRule, _Checks, Role, _Checks]] | None = None
 
     def __iter__(self) -> Iterator[CountRule | SumRule | SequenceRule]:
         return iter(self.rules)
@@ -269,16 +282,27 @@ class RuleSet:
 
     def classify(self, key: Mapping[str, Any]) -> list[Match]:
         """Every role the item with this key plays (a parent may hold several counters)."""
+        if self._compiled is None:
+            self._compiled = [self._compile(rule) for rule in self.rules]
         matches: list[Match] = []
-        for rule in self.rules:
-            if _matches(rule.parent_pattern, key):
+        for rule, parent, role, claimed in self._compiled:
+            if _checks_pass(parent, key):
                 matches.append(Match(rule, "parent", self.key_of(key)))
-            elif isinstance(rule, CountRule | SumRule):
-                if _matches(rule.child_pattern(self.table), key):
-                    matches.append(Match(rule, "child", rule.parent_key_of(key, self.table)))
-            elif _matches(rule.member_pattern(self.table), key):
-                matches.append(Match(rule, "member", self._sequence_counter_key(rule, key)))
+            elif _checks_pass(claimed, key):
+                matches.append(Match(rule, role, self._parent_of(rule, key)))
         return matches
+
+    def _compile(self, rule: AnyRule) -> tuple[AnyRule, _Checks, Role, _Checks]:
+        """The rule's patterns as plain tuples: classify runs once per stream record."""
+        parent = _checks(rule.parent_pattern)
+        if isinstance(rule, CountRule | SumRule):
+            return rule, parent, "child", _checks(rule.child_pattern(self.table))
+        return rule, parent, "member", _checks(rule.member_pattern(self.table))
+
+    def _parent_of(self, rule: AnyRule, key: Mapping[str, Any]) -> Key:
+        if isinstance(rule, CountRule | SumRule):
+            return rule.parent_key_of(key, self.table)
+        return self._sequence_counter_key(rule, key)
 
     def child_match(self, key: Mapping[str, Any]) -> Match:
         """The count or sum rule this key is a child of; ValueError naming the key if none."""

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.reconciler.findings import Evidence
+from tally.reconciler.findings import Evidence, timestamp
 from tally.rules import (
     CollectionMembers,
     CountRule,
@@ -76,7 +75,12 @@ class Group:
     expiries: list[Expiry] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
     sequence_numbers: list[str] = field(default_factory=list)
-    first_at: str | None = None
+    first_at: Any = None
+
+    @property
+    def first_seen(self) -> str | None:
+        """Stream time of the group's first record, ISO 8601."""
+        return timestamp(self.first_at)
 
     @property
     def balanced(self) -> bool:
@@ -100,7 +104,7 @@ class Group:
 class Batch:
     """A batch of stream records, grouped; ``skipped`` counts records no rule cares about."""
 
-    groups: dict[tuple[str, str], Group] = field(default_factory=dict)
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], Group] = field(default_factory=dict)
     records: int = 0
     skipped: int = 0
     own_writes: int = 0
@@ -141,7 +145,7 @@ def _fold(record: Mapping[str, Any], rules: RuleSet, batch: Batch) -> None:
         batch.own_writes += 1
         return
     event = record["eventName"]
-    at = _timestamp(stream.get("ApproximateCreationDateTime"))
+    at = stream.get("ApproximateCreationDateTime")  # formatted only if it ends up in a finding
     for match in matches:
         group = batch.group(match)
         group.sequence_numbers.append(sequence_number)
@@ -166,7 +170,7 @@ def _fold_parent(
     old: Mapping[str, Any],
     new: Mapping[str, Any],
     sequence_number: str,
-    at: str | None,
+    at: Any,
 ) -> None:
     rule = group.rule
     before, after = _attr(old, rule.counter), _attr(new, rule.counter)
@@ -200,7 +204,7 @@ def _fold_child(
     old: Mapping[str, Any],
     new: Mapping[str, Any],
     sequence_number: str,
-    at: str | None,
+    at: Any,
 ) -> None:
     rule = group.rule
     event = record["eventName"]
@@ -234,7 +238,7 @@ def _fold_member(
     keys: Key,
     numbers: tuple[int | None, int | None],
     sequence_number: str,
-    at: str | None,
+    at: Any,
 ) -> None:
     before, after = numbers
     if before == after:
@@ -295,9 +299,10 @@ def _shown(value: Any) -> Any:
 
 
 def _keys(raw: Mapping[str, Any]) -> Key:
-    keys = {name: _DESERIALIZER.deserialize(value) for name, value in raw.items()}
-    if not keys or not all(isinstance(v, str) for v in keys.values()):
-        raise ValueError("stream record keys must be strings")
+    # Rules match string keys only; reading {"S": ...} directly keeps the hot path cheap.
+    keys = {name: value["S"] for name, value in raw.items()}
+    if not keys:
+        raise ValueError("stream record has no keys")
     return keys
 
 
@@ -311,15 +316,5 @@ def _by_ttl(record: Mapping[str, Any]) -> bool:
     return identity.get("type") == "Service" and identity.get("principalId") == TTL_PRINCIPAL
 
 
-def _timestamp(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, int | float | Decimal):
-        return datetime.fromtimestamp(float(value), UTC).isoformat().replace("+00:00", "Z")
-    return str(value)
-
-
-def _key_id(key: Key) -> str:
-    return "|".join(f"{k}={v}" for k, v in sorted(key.items()))
+def _key_id(key: Key) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(key.items()))

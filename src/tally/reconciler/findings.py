@@ -42,14 +42,15 @@ class Evidence:
     keys: dict[str, str]
     old: Any = None
     new: Any = None
-    at: str | None = None
+    at: Any = None  # the record's ApproximateCreationDateTime, formatted when shown
 
     def as_json(self) -> dict[str, Any]:
         body = {"sequence_number": self.sequence_number, "event": self.event, "keys": self.keys}
         if self.old is not None or self.new is not None:
             body |= {"old": _plain(self.old), "new": _plain(self.new)}
-        if self.at:
-            body["at"] = self.at
+        at = timestamp(self.at)
+        if at is not None:
+            body["at"] = at
         return body
 
 
@@ -151,6 +152,17 @@ class Finding:
         repair = self.repair.status if self.repair else "skipped"
         values = {"kind": self.kind, "rule": self.rule, "severity": self.severity, "repair": repair}
         return {name: {"DataType": "String", "StringValue": v} for name, v in values.items()}
+
+
+def timestamp(value: Any) -> str | None:
+    """A stream record's ApproximateCreationDateTime (epoch seconds) as ISO 8601."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, int | float | Decimal):
+        return datetime.fromtimestamp(float(value), UTC).isoformat().replace("+00:00", "Z")
+    return str(value)
 
 
 def now_iso() -> str:

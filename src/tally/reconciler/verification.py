@@ -215,7 +215,7 @@ class Reconciler:
             evidence=tuple(group.evidence) if group else (),
             detail="; ".join(details),
             revision=parent.revision,
-            first_seen=group.first_at if group else None,
+            first_seen=group.first_seen if group else None,
         )
 
     # --- step 3: repair ----------------------------------------------------------------
