@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -100,12 +101,29 @@ class Stack:
                 )
             delivered += len(messages)
 
-    def settle(self, batch_size: int = 100) -> None:
-        """Pump the stream and rechecks until both are quiet (repairs make new records)."""
-        for _ in range(10):
-            if not self.pump(batch_size) and not self.run_rechecks():
+    def settle(self, batch_size: int = 100, timeout: float = 90) -> None:
+        """Pump the stream and rechecks until both are quiet (repairs make new records).
+
+        Deferred rechecks wait out their real delay: the loop polls until none is pending.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            moved = self.pump(batch_size) or self.run_rechecks()
+            if not moved and not self.pending_rechecks():
                 return
-        raise AssertionError("the stream never went quiet")
+            if not moved:
+                time.sleep(0.5)
+        raise AssertionError("the stream and the recheck queue never went quiet")
+
+    def pending_rechecks(self) -> int:
+        attributes = self.sqs.get_queue_attributes(
+            QueueUrl=self.recheck_queue,
+            AttributeNames=[
+                "ApproximateNumberOfMessagesDelayed",
+                "ApproximateNumberOfMessagesNotVisible",
+            ],
+        )["Attributes"]
+        return sum(int(v) for v in attributes.values())
 
     def alerts(self) -> list[dict[str, Any]]:
         """Alert bodies the topic's subscriber queue received so far (consumed)."""

@@ -38,6 +38,9 @@ class Settle:
 
     attempts: int = 4
     pause_seconds: float = 0.05
+    # A parent too busy to hold still is looked at again later, not hammered: a hot parent
+    # would otherwise cost a full recount per retry for as long as it stays hot.
+    defer_seconds: int = 30
 
 
 @dataclass
@@ -263,7 +266,7 @@ class Reconciler:
     def schedule_recheck(
         self, rule: TallyRule | SequenceRule, key: Key, counter_seen: int, reason: str
     ) -> None:
-        delay = rule.grace_seconds if isinstance(rule, SequenceRule) else 0
+        delay = rule.grace_seconds if isinstance(rule, SequenceRule) else self.settle.defer_seconds
         self.rechecks.schedule(Recheck(rule.name, key, counter_seen, reason), delay)
         self.stats.rechecks += 1
 
