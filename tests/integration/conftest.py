@@ -18,12 +18,13 @@ import pytest
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.dynamodb_local import local_client_kwargs
+from tally.local.pump import sqs_event_record
 from tally.local.stream_reader import StreamReader, stream_arn
 from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.audit_store import AuditStore
 from tally.settings import settings
-from tests.utils import LambdaContext, deserialize, serialize
+from tests.utils import deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).with_name("rules.toml")
 
@@ -72,7 +73,9 @@ class Stack:
 
     def deliver(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """Invoke the stream handler with one batch, as the event source mapping does."""
-        response: dict[str, Any] = reconciler_handler.handler({"Records": records}, LambdaContext())
+        response: dict[str, Any] = reconciler_handler.handler(
+            {"Records": records}, lambda_context()
+        )
         self.responses.append(response)
         return response
 
@@ -92,8 +95,8 @@ class Stack:
             ).get("Messages", [])
             if not messages:
                 return delivered
-            event = {"Records": [_sqs_record(m, self.recheck_queue) for m in messages]}
-            response = recheck_handler.handler(event, LambdaContext())
+            event = {"Records": [sqs_event_record(m, self.recheck_queue) for m in messages]}
+            response = recheck_handler.handler(event, lambda_context())
             assert response["batchItemFailures"] == []
             for message in messages:
                 self.sqs.delete_message(
@@ -143,20 +146,6 @@ class Stack:
     @property
     def audit(self) -> AuditStore:
         return AuditStore(self.dynamodb, self.audit_table)
-
-
-def _sqs_record(message: dict[str, Any], queue_url: str) -> dict[str, Any]:
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": {},
-        "messageAttributes": {},
-        "md5OfBody": message["MD5OfBody"],
-        "eventSource": "aws:sqs",
-        "eventSourceARN": f"arn:aws:sqs:us-east-1:123456789012:{queue_url.rsplit('/', 1)[-1]}",
-        "awsRegion": "us-east-1",
-    }
 
 
 @pytest.fixture

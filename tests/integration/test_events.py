@@ -26,7 +26,7 @@ from tally.local.functions import environ, environment, function, functions
 from tally.local.template import TEMPLATE_PATH
 from tally.rules import CountRule, SequenceRule, SumRule, load_rules
 from tests.integration.conftest import Stack
-from tests.utils import LambdaContext
+from tests.utils import lambda_context
 
 EVENTS_DIR = TEMPLATE_PATH.parent / "events"
 EVENT_FILES = sorted(EVENTS_DIR.glob("*/*.json"))
@@ -109,7 +109,7 @@ class Run:
         writer_api._writers.cache_clear()
         try:
             with environ(values):
-                return handler(event, LambdaContext(function_name=logical_id))
+                return handler(event, lambda_context(logical_id))
         finally:
             writer_api._writers.cache_clear()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -15,20 +14,13 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 import tally.settings
 from tally.handlers import writer_api
 from tally.observability import metrics
+from tests.utils import lambda_context
 
 _ser, _de = TypeSerializer(), TypeDeserializer()
 POST = {"PK": "POST#a91f", "SK": "META"}
 LIKE = {"PK": "POST#a91f", "SK": "LIKE#USER#7c20"}
 ORDER = {"PK": "ORDER#17", "SK": "META"}
 LINE = {"PK": "ORDER#17", "SK": "LINE#3"}
-
-
-@dataclass
-class FakeContext:
-    function_name: str = "tally-writer"
-    memory_limit_in_mb: int = 512
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:tally-writer"
-    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
 
 
 def http_event(
@@ -84,7 +76,7 @@ def call(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table_name: st
     def invoke(
         method: str, path: str, body: Any, headers: dict[str, str] | None = None
     ) -> tuple[int, dict[str, Any]]:
-        response = writer_api.handler(http_event(method, path, body, headers), FakeContext())
+        response = writer_api.handler(http_event(method, path, body, headers), lambda_context())
         return response["statusCode"], json.loads(response["body"])
 
     yield invoke

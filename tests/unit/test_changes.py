@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import pytest
 
 from tally.reconciler.changes import REPAIR_MARKER, TTL_PRINCIPAL, Batch, Group, group_records
 from tally.rules import load_rules
-from tally.writers.transactions import serialize
+from tests.utils import stream_record
 
 RULES = load_rules(Path(__file__).parents[1] / "integration" / "rules.toml")
 POST = {"PK": "POST#a91f", "SK": "META"}
@@ -20,66 +19,32 @@ PROJECT = {"PK": "PROJECT#p1", "SK": "COUNTER#ISSUE"}
 USERS = {"PK": "UserMetadata", "SK": "META"}
 TTL = {"type": "Service", "principalId": TTL_PRINCIPAL}
 
-_sequence = itertools.count(1000)
-
-
-def record(
-    event: str,
-    keys: dict[str, str],
-    new: dict[str, Any] | None = None,
-    old: dict[str, Any] | None = None,
-    *,
-    seq: str | None = None,
-    at: int = 1_700_000_000,
-    identity: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """A stream record in Lambda's shape; images include the keys, as DynamoDB's do."""
-    stream: dict[str, Any] = {
-        "Keys": serialize(keys),
-        "SequenceNumber": seq or str(next(_sequence)),
-        "ApproximateCreationDateTime": at,
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-    }
-    if new is not None:
-        stream["NewImage"] = serialize({**keys, **new})
-    if old is not None:
-        stream["OldImage"] = serialize({**keys, **old})
-    body: dict[str, Any] = {
-        "eventID": f"ev-{stream['SequenceNumber']}",
-        "eventName": event,
-        "eventSource": "aws:dynamodb",
-        "dynamodb": stream,
-    }
-    if identity is not None:
-        body["userIdentity"] = identity
-    return body
-
 
 def like(
     user: str, post: str = "POST#a91f", seq: str | None = None, **image: Any
 ) -> dict[str, Any]:
-    return record("INSERT", {"PK": post, "SK": f"LIKE#USER#{user}"}, image, seq=seq)
+    return stream_record("INSERT", {"PK": post, "SK": f"LIKE#USER#{user}"}, image, seq=seq)
 
 
 def unlike(user: str, post: str = "POST#a91f", **kw: Any) -> dict[str, Any]:
-    return record("REMOVE", {"PK": post, "SK": f"LIKE#USER#{user}"}, old={}, **kw)
+    return stream_record("REMOVE", {"PK": post, "SK": f"LIKE#USER#{user}"}, old={}, **kw)
 
 
 def tally(
     before: Any, after: Any, post: str = "POST#a91f", seq: str | None = None, **image: Any
 ) -> dict[str, Any]:
     keys = {"PK": post, "SK": "META"}
-    return record(
+    return stream_record(
         "MODIFY", keys, {"likeTally": after, **image}, {"likeTally": before, **image}, seq=seq
     )
 
 
 def counter(attribute: str, keys: dict[str, str], before: Any, after: Any) -> dict[str, Any]:
-    return record("MODIFY", keys, {attribute: after}, {attribute: before})
+    return stream_record("MODIFY", keys, {attribute: after}, {attribute: before})
 
 
 def issue(number: int, project: str = "PROJECT#p1") -> dict[str, Any]:
-    return record("INSERT", {"PK": project, "SK": f"ISSUE#{number:010d}"}, {"title": "t"})
+    return stream_record("INSERT", {"PK": project, "SK": f"ISSUE#{number:010d}"}, {"title": "t"})
 
 
 def only(batch: Batch) -> Group:
@@ -132,7 +97,9 @@ def test_deltas_across_records_of_one_parent_add_up() -> None:
 
 
 def test_a_parent_write_without_a_counter_change_adds_nothing() -> None:
-    rename = record("MODIFY", POST, {"likeTally": 4, "title": "b"}, {"likeTally": 4, "title": "a"})
+    rename = stream_record(
+        "MODIFY", POST, {"likeTally": 4, "title": "b"}, {"likeTally": 4, "title": "a"}
+    )
     group = only(group_records([rename, like("1"), tally(4, 5)], RULES))
     assert group.balanced
     assert len(group.evidence) == 2  # the rename is not evidence
@@ -154,8 +121,8 @@ def test_one_group_per_rule_and_parent() -> None:
 def line(number: int, before: Any = None, after: Any = None) -> dict[str, Any]:
     keys = {"PK": "ORDER#17", "SK": f"LINE#{number}"}
     if before is None:
-        return record("INSERT", keys, {"amount": after})
-    return record("MODIFY", keys, {"amount": after}, {"amount": before})
+        return stream_record("INSERT", keys, {"amount": after})
+    return stream_record("MODIFY", keys, {"amount": after}, {"amount": before})
 
 
 def test_sum_deltas_balance_exactly_in_decimal() -> None:
@@ -237,7 +204,7 @@ def test_a_counter_going_backwards_is_a_reset() -> None:
 
 
 def test_a_removed_member_does_not_balance() -> None:
-    removal = record("REMOVE", {"PK": "PROJECT#p1", "SK": "ISSUE#0000000002"}, old={})
+    removal = stream_record("REMOVE", {"PK": "PROJECT#p1", "SK": "ISSUE#0000000002"}, old={})
     group = only(group_records([removal], RULES))
     assert group.members_removed == 1
     assert not group.balanced
@@ -245,7 +212,7 @@ def test_a_removed_member_does_not_balance() -> None:
 
 def user(name: str, sequence: str, number: int) -> dict[str, Any]:
     image = {"seqName": sequence, "NumIdentifier": number, "email": f"{name}@example.com"}
-    return record("INSERT", {"PK": f"User#{name}", "SK": "PROFILE"}, image)
+    return stream_record("INSERT", {"PK": f"User#{name}", "SK": "PROFILE"}, image)
 
 
 def test_an_index_member_is_numbered_from_its_image() -> None:
@@ -266,8 +233,8 @@ def test_an_index_member_of_another_sequence_is_ignored() -> None:
 
 
 def test_records_with_a_changed_repair_marker_are_own_writes() -> None:
-    repair = record("MODIFY", POST, {"likeTally": 2, REPAIR_MARKER: "f1"}, {"likeTally": 9})
-    again = record(
+    repair = stream_record("MODIFY", POST, {"likeTally": 2, REPAIR_MARKER: "f1"}, {"likeTally": 9})
+    again = stream_record(
         "MODIFY", POST, {"likeTally": 3, REPAIR_MARKER: "f2"}, {"likeTally": 2, REPAIR_MARKER: "f1"}
     )
     batch = group_records([repair, again], RULES)
@@ -285,7 +252,7 @@ def test_an_unchanged_repair_marker_is_an_ordinary_write() -> None:
 
 def test_a_ttl_removal_on_a_decrement_rule_is_an_expiry() -> None:
     keys = {"PK": "USER#u1", "SK": "SESSION#s1"}
-    expired = record("REMOVE", keys, old={"expiresAt": 1}, identity=TTL)
+    expired = stream_record("REMOVE", keys, old={"expiresAt": 1}, identity=TTL)
     group = only(group_records([expired], RULES))
     assert group.rule.name == "sessions"
     [expiry] = group.expiries
@@ -306,7 +273,7 @@ def test_a_ttl_removal_on_an_alert_rule_counts_as_a_removal() -> None:
 def test_a_removal_by_anyone_but_dynamodb_is_not_ttl() -> None:
     keys = {"PK": "USER#u1", "SK": "SESSION#s1"}
     someone = {"type": "Service", "principalId": "lambda.amazonaws.com"}
-    group = only(group_records([record("REMOVE", keys, old={}, identity=someone)], RULES))
+    group = only(group_records([stream_record("REMOVE", keys, old={}, identity=someone)], RULES))
     assert group.expiries == [] and not group.ttl_removed
     assert group.child_delta == -1
 
@@ -315,7 +282,7 @@ def test_a_removal_by_anyone_but_dynamodb_is_not_ttl() -> None:
 
 
 def test_unrelated_keys_are_skipped() -> None:
-    batch = group_records([record("INSERT", {"PK": "MISC#1", "SK": "X"}, {"a": 1})], RULES)
+    batch = group_records([stream_record("INSERT", {"PK": "MISC#1", "SK": "X"}, {"a": 1})], RULES)
     assert (batch.records, batch.skipped) == (1, 1)
     assert batch.groups == {}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import tomllib
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from tally.reconciler.table import TallyTable
 from tally.reconciler.verification import Reconciler, Settle
 from tally.rules import RuleSet, load_rules, parse_rules
 from tally.writers.transactions import deserialize, serialize
+from tests.utils import stream_record
 
 RULES_FILE = Path(__file__).parents[1] / "integration" / "rules.toml"
 RULES = load_rules(RULES_FILE)
@@ -34,43 +34,16 @@ PROJECT = {"PK": "PROJECT#p1", "SK": "COUNTER#ISSUE"}
 USERS = {"PK": "UserMetadata", "SK": "META"}
 TTL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
 
-_sequence = itertools.count(1000)
-
-
-def record(
-    event: str,
-    keys: dict[str, str],
-    new: dict[str, Any] | None = None,
-    old: dict[str, Any] | None = None,
-    *,
-    seq: str | None = None,
-    identity: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """A stream record in Lambda's shape."""
-    stream: dict[str, Any] = {
-        "Keys": serialize(keys),
-        "SequenceNumber": seq or str(next(_sequence)),
-        "ApproximateCreationDateTime": 1_700_000_000,
-    }
-    if new is not None:
-        stream["NewImage"] = serialize({**keys, **new})
-    if old is not None:
-        stream["OldImage"] = serialize({**keys, **old})
-    body = {"eventID": f"ev-{stream['SequenceNumber']}", "eventName": event, "dynamodb": stream}
-    if identity is not None:
-        body["userIdentity"] = identity
-    return body
-
 
 def bumped(
     keys: dict[str, str], attribute: str, before: Any, after: Any, **kw: Any
 ) -> dict[str, Any]:
     """A MODIFY that moved one counter (and nothing else) on the parent."""
-    return record("MODIFY", keys, {attribute: after}, {attribute: before}, **kw)
+    return stream_record("MODIFY", keys, {attribute: after}, {attribute: before}, **kw)
 
 
 def like_insert(post: str, user: str, seq: str | None = None) -> dict[str, Any]:
-    return record("INSERT", {"PK": post, "SK": f"LIKE#USER#{user}"}, {}, seq=seq)
+    return stream_record("INSERT", {"PK": post, "SK": f"LIKE#USER#{user}"}, {}, seq=seq)
 
 
 @dataclass
@@ -245,7 +218,7 @@ def test_a_no_revision_rule_calls_drift_only_on_two_agreeing_reads(rig: Rig) -> 
     rig.put({**team, "memberCount": 5})
     rig.put({"PK": "TEAM#1", "SK": "MEMBER#ann"})
     checker = rig.reconciler()
-    checker.verify_batch([record("INSERT", {"PK": "TEAM#1", "SK": "MEMBER#ann"}, {})])
+    checker.verify_batch([stream_record("INSERT", {"PK": "TEAM#1", "SK": "MEMBER#ann"}, {})])
     [finding] = checker.log
     assert (finding.kind, finding.stored, finding.actual) == ("drift", 5, 1)
     assert "two agreeing settled reads" in finding.detail
@@ -385,7 +358,7 @@ def test_a_ttl_expiry_on_a_decrement_rule_is_applied_exactly_once(rig: Rig) -> N
     user = {"PK": "USER#u1", "SK": "META"}
     rig.put({**user, "activeSessions": 2, "tallyRevision": 1})
     rig.put({"PK": "USER#u1", "SK": "SESSION#live"})
-    expired = record("REMOVE", {"PK": "USER#u1", "SK": "SESSION#old"}, old={}, identity=TTL)
+    expired = stream_record("REMOVE", {"PK": "USER#u1", "SK": "SESSION#old"}, old={}, identity=TTL)
     rig.reconciler().verify_batch([expired])
     rig.reconciler().verify_batch([expired])  # a redelivery
     assert rig.value(user, "activeSessions") == 1
@@ -396,7 +369,7 @@ def test_a_ttl_expiry_in_dry_run_counts_as_a_removal(rig: Rig) -> None:
     user = {"PK": "USER#u1", "SK": "META"}
     rig.put({**user, "activeSessions": 3, "tallyRevision": 2})
     rig.put({"PK": "USER#u1", "SK": "SESSION#live"})
-    expired = record("REMOVE", {"PK": "USER#u1", "SK": "SESSION#old"}, old={}, identity=TTL)
+    expired = stream_record("REMOVE", {"PK": "USER#u1", "SK": "SESSION#old"}, old={}, identity=TTL)
     rogue = bumped(user, "activeSessions", 2, 3)  # a counter bump without a session
     checker = rig.reconciler(RepairPolicy(dry_run=True))
     checker.verify_batch([expired, rogue])
@@ -412,7 +385,7 @@ def test_an_unbalanced_sequence_schedules_a_recheck_not_a_gap(rig: Rig) -> None:
     checker.verify_batch(
         [
             bumped(PROJECT, "lastIssue", 3, 5),
-            record("INSERT", {"PK": "PROJECT#p1", "SK": "ISSUE#0000000004"}, {}),
+            stream_record("INSERT", {"PK": "PROJECT#p1", "SK": "ISSUE#0000000004"}, {}),
         ]
     )
     [recheck] = rig.rechecks()

@@ -198,7 +198,7 @@ class Pump:
             ).get("Messages", [])
             if not messages:
                 return delivered
-            event = {"Records": [_sqs_record(m, self.recheck_queue_url) for m in messages]}
+            event = {"Records": [sqs_event_record(m, self.recheck_queue_url) for m in messages]}
             response = self.invoke_recheck(event)
             failed = set(_failed_sequence_numbers(response))
             for message in messages:
@@ -265,7 +265,7 @@ def _iso(epoch: Any) -> str | None:
     return datetime.fromtimestamp(float(epoch), UTC).isoformat().replace("+00:00", "Z")
 
 
-def _sqs_record(message: Mapping[str, Any], queue_url: str) -> dict[str, Any]:
+def sqs_event_record(message: Mapping[str, Any], queue_url: str) -> dict[str, Any]:
     """An SQS message in Lambda's SQS event record shape."""
     return {
         "messageId": message["MessageId"],
