@@ -33,6 +33,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             },
         )
     if failed:
-        logger.error("groups left for retry", extra={"sequence_numbers": failed})
+        logger.error(
+            "groups left for retry",
+            extra={"sequence_numbers": failed, "errors": checker.stats.errors},
+        )
     emit_metrics(checker)
     return {"batchItemFailures": [{"itemIdentifier": number} for number in failed]}

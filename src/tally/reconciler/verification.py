@@ -62,6 +62,7 @@ class Stats:
     findings: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
     drift_lifetimes: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -110,9 +111,11 @@ class Reconciler:
             self.stats.groups += 1
             try:
                 self.verify_group(group)
-            except Exception:
+            except Exception as error:
                 # Throttling or an outage mid-check: retry this group's records, only them.
                 failed.append(group.first_sequence_number)
+                where = f"{group.rule.name} {group.parent_key}"
+                self.stats.errors.append(f"{where}: {type(error).__name__}: {error}")
         return sorted(failed, key=int)
 
     def verify_group(self, group: Group) -> None:
