@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from tally.local.template import TEMPLATE_PATH, create_table, load_template
 from tally.reconciler.audit_store import ALERT_TTL, AuditStore
 from tally.reconciler.findings import Finding, Repair
 from tally.writers.transactions import serialize
@@ -33,18 +34,7 @@ class Clock:
 def client() -> Iterator[Any]:
     with mock_aws():
         client = boto3.client("dynamodb")
-        client.create_table(
-            TableName=TABLE,
-            AttributeDefinitions=[
-                {"AttributeName": "PK", "AttributeType": "S"},
-                {"AttributeName": "SK", "AttributeType": "S"},
-            ],
-            KeySchema=[
-                {"AttributeName": "PK", "KeyType": "HASH"},
-                {"AttributeName": "SK", "KeyType": "RANGE"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_table(client, load_template(TEMPLATE_PATH), "AuditTable", TABLE)
         yield client
 
 

@@ -15,6 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from tally.local.template import TEMPLATE_PATH, create_table, load_template
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.findings import Finding
@@ -114,38 +115,13 @@ class Rig:
         return self._drain(self.recheck_queue)
 
 
-def _table(ddb: Any, name: str, index: bool) -> None:
-    attributes = [("PK", "S"), ("SK", "S")] + ([("seqName", "S"), ("NumIdentifier", "N")] * index)
-    extra: dict[str, Any] = {}
-    if index:
-        extra["GlobalSecondaryIndexes"] = [
-            {
-                "IndexName": "SequenceIndex",
-                "KeySchema": [
-                    {"AttributeName": "seqName", "KeyType": "HASH"},
-                    {"AttributeName": "NumIdentifier", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            }
-        ]
-    ddb.create_table(
-        TableName=name,
-        AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in attributes],
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-        **extra,
-    )
-
-
 @pytest.fixture
 def rig() -> Iterator[Rig]:
     with mock_aws():
         ddb, sqs, sns = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("sns")
-        _table(ddb, MAIN, index=True)
-        _table(ddb, AUDIT, index=False)
+        template = load_template(TEMPLATE_PATH)
+        create_table(ddb, template, "Table", MAIN)
+        create_table(ddb, template, "AuditTable", AUDIT)
         topic_arn = sns.create_topic(Name="tally-alerts")["TopicArn"]
         alert_queue = sqs.create_queue(QueueName="alerts")["QueueUrl"]
         alert_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
