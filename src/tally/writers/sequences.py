@@ -193,24 +193,9 @@ class SequenceAllocator:
             fenced = f"{counter} = :old" + (
                 f" OR attribute_not_exists({counter})" if current == 0 else ""
             )
-            update = f"SET {counter} = :new" + (
-                f" ADD {names[rule.revision]} :one" if rule.revision else ""
-            )
+            values = {":old": Decimal(current), ":new": Decimal(numbers[-1])}
             items = [
-                {
-                    "Update": {
-                        "TableName": self.table_name,
-                        "Key": serialize(request.counter_key),
-                        "UpdateExpression": update,
-                        "ConditionExpression": fenced,
-                        "ExpressionAttributeNames": names.subset(rule.counter, rule.revision),
-                        "ExpressionAttributeValues": serialize(
-                            {":old": Decimal(current), ":new": Decimal(numbers[-1])}
-                            | ({":one": Decimal(1)} if rule.revision else {})
-                        ),
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    }
-                },
+                self._set_counter(request, names, ":new", fenced, values),
                 *(self._put_absent(member, names) for member in members),
             ]
             try:
@@ -240,25 +225,10 @@ class SequenceAllocator:
             member = self._member_item(request, number)
             names = Names.of(self._pk, rule.counter, rule.revision)
             counter = names[rule.counter]
-            update = f"SET {counter} = :n" + (
-                f" ADD {names[rule.revision]} :one" if rule.revision else ""
-            )
+            below = f"attribute_not_exists({counter}) OR {counter} < :n"
             items = [
                 self._put_absent(member, names),
-                {
-                    "Update": {
-                        "TableName": self.table_name,
-                        "Key": serialize(request.counter_key),
-                        "UpdateExpression": update,
-                        "ConditionExpression": f"attribute_not_exists({counter}) OR {counter} < :n",
-                        "ExpressionAttributeNames": names.subset(rule.counter, rule.revision),
-                        "ExpressionAttributeValues": serialize(
-                            {":n": Decimal(number)}
-                            | ({":one": Decimal(1)} if rule.revision else {})
-                        ),
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    }
-                },
+                self._set_counter(request, names, ":n", below, {":n": Decimal(number)}),
             ]
             try:
                 transact(self.client, items, None, self.backoff)
@@ -331,6 +301,32 @@ class SequenceAllocator:
         return {
             **request.attributes,
             **rule.member_key(request.counter_key, number, self.rules.table),
+        }
+
+    def _set_counter(
+        self,
+        request: _Request,
+        names: Names,
+        value: str,
+        condition: str,
+        values: dict[str, Any],
+    ) -> dict[str, Any]:
+        """The counter's conditional SET (and revision bump) for a transaction."""
+        rule = request.rule
+        update = f"SET {names[rule.counter]} = {value}"
+        if rule.revision:
+            update += f" ADD {names[rule.revision]} :one"
+            values = values | {":one": Decimal(1)}
+        return {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": serialize(request.counter_key),
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names.subset(rule.counter, rule.revision),
+                "ExpressionAttributeValues": serialize(values),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
         }
 
     def _put_absent(self, member: Mapping[str, Any], names: Names) -> dict[str, Any]:
