@@ -83,14 +83,14 @@ def full_audit(
     if parent is not None:
         for target in rules:
             report.parents[target.name] += 1
-            _check(reconciler, target, dict(parent), defer_sequences, report)
+            _check(reconciler, target, dict(parent), defer_sequences, report, None)
     else:
         seen = _scan(reconciler, rules, segments, report, progress)
         for (name, _), (key, state) in seen.items():
             target = reconciler.rules[name]
             report.parents[name] += 1
             if isinstance(target, SequenceRule) or _disagrees(target, state):
-                _check(reconciler, target, key, defer_sequences, report)
+                _check(reconciler, target, key, defer_sequences, report, state.counter)
     report.findings = reconciler.stats.findings - before[0]
     report.repairs = reconciler.stats.repairs - before[1]
     report.seconds = time.monotonic() - started
@@ -103,15 +103,20 @@ def _check(
     key: Key,
     defer: bool,
     report: AuditReport,
+    scanned: Any,
 ) -> None:
     if isinstance(target, SequenceRule):
         report.sequences += 1
-        counter = reconciler.table.read_parent(target, key).counter
+        if not defer:
+            # Inline, the recheck reads the counter itself and judges up to it.
+            reconciler.recheck(Recheck(target.name, key, 0, "full audit"))
+            return
+        # Deferred, the horizon is the counter as the audit saw it: later numbers are newer.
+        counter = (
+            scanned if scanned is not None else reconciler.table.read_parent(target, key).counter
+        )
         horizon = int(counter) if isinstance(counter, Decimal) and counter >= 0 else 0
-        if defer:
-            reconciler.schedule_recheck(target, key, horizon, "full audit")
-        else:
-            reconciler.recheck(Recheck(target.name, key, horizon, "full audit"))
+        reconciler.schedule_recheck(target, key, horizon, "full audit")
         return
     report.candidates += 1
     reconciler.verify_parent(target, key, None)
