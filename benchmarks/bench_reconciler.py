@@ -37,13 +37,13 @@ import boto3
 from boto3.dynamodb.types import TypeDeserializer
 
 from tally.aws import RETRY_CONFIG
+from tally.dynamodb import serialize
 from tally.local.dynamodb_local import (
     VERSION,
     DynamoDBLocal,
     endpoint_from_env,
     local_client_kwargs,
 )
-from tally.local.stream_reader import StreamReader, stream_arn
 from tally.local.template import TEMPLATE_PATH, create_table, load_template
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
@@ -52,8 +52,8 @@ from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import Reads, TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import CountRule, RuleSet, SumRule, load_rules
+from tally.streams import StreamReader, stream_arn
 from tally.writers.tallies import TallyWriter
-from tally.writers.transactions import serialize
 
 REPO = Path(__file__).resolve().parents[1]
 RULE = "likes"

@@ -19,11 +19,11 @@ from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.pump import sqs_event_record
-from tally.local.stream_reader import StreamReader, stream_arn
 from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.audit_store import AuditStore
 from tally.settings import settings
+from tally.streams import StreamReader, stream_arn
 from tests.utils import deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).with_name("rules.toml")

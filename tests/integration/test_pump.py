@@ -11,7 +11,7 @@ import pytest
 
 from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.pump import MappingSettings, Pump
-from tally.local.stream_reader import StreamReader, stream_arn
+from tally.streams import StreamReader, stream_arn
 from tests.utils import serialize
 
 

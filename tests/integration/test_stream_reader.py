@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tally.local.stream_reader import StreamReader, stream_arn
+from tally.streams import StreamReader, stream_arn
 
 LAMBDA_KEYS = {
     "eventID",

@@ -11,10 +11,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from tally.dynamodb import serialize
 from tally.local.template import TEMPLATE_PATH, create_table, load_template
 from tally.reconciler.audit_store import ALERT_TTL, AuditStore
 from tally.reconciler.findings import Finding, Repair
-from tally.writers.transactions import serialize
 
 TABLE = "audit"
 KEY = {"PK": "POST#a91f", "SK": "META"}

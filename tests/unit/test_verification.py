@@ -15,6 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
+from tally.dynamodb import deserialize, serialize
 from tally.local.template import TEMPLATE_PATH, create_table, load_template
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
@@ -24,7 +25,6 @@ from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import TallyTable
 from tally.reconciler.verification import Reconciler, Settle
 from tally.rules import RuleSet, load_rules, parse_rules
-from tally.writers.transactions import deserialize, serialize
 from tests.utils import stream_record
 
 RULES_FILE = Path(__file__).parents[1] / "integration" / "rules.toml"

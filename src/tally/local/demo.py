@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from tally.dynamodb import deserialize, serialize
 from tally.local import inbox, runner
 from tally.local import stack as local_stack
 from tally.local.functions import environ
@@ -25,7 +26,6 @@ from tally.local.pump import Pump
 from tally.local.stack import LocalStack
 from tally.rules import RuleSet, load_rules
 from tally.writers import SequenceAllocator, TallyWriter
-from tally.writers.transactions import deserialize, serialize
 
 POSTS, ORDERS, PROJECTS, THREADS = 12, 4, 3, 8
 

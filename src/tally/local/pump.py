@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tally.local.stream_reader import StreamReader
+from tally.streams import StreamReader
 
 Invoke = Callable[[dict[str, Any]], Any]
 Say = Callable[[str], None]

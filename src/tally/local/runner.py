@@ -13,8 +13,8 @@ from tally.local import stack as local_stack
 from tally.local.functions import environ, environment, function, parameter_defaults
 from tally.local.pump import Invoke, MappingSettings, Pump, Say
 from tally.local.stack import LocalStack
-from tally.local.stream_reader import StreamReader, stream_arn
 from tally.local.template import TEMPLATE_PATH, load_template
+from tally.streams import StreamReader, stream_arn
 
 CHECKPOINT_FILE = "stream-checkpoint.json"
 FUNCTION_LOG = "functions.log"

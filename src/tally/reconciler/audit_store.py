@@ -14,8 +14,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.dynamodb import deserialize, serialize
 from tally.reconciler.findings import Finding, Repair
-from tally.writers.transactions import deserialize, serialize
 
 DAY = 86_400
 FINDING_TTL = 90 * DAY

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from tally.dynamodb import deserialize
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.verification import Reconciler
 from tally.rules import CountRule, Key, SequenceRule, SumRule
-from tally.writers.transactions import deserialize
 
 Progress = Callable[[int], None]
 

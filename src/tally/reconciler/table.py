@@ -12,6 +12,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from tally.dynamodb import (
+    Backoff,
+    Cancelled,
+    Names,
+    client_request_token,
+    deserialize,
+    serialize,
+    transact,
+)
 from tally.reconciler.changes import REPAIR_MARKER
 from tally.rules import (
     CollectionMembers,
@@ -21,15 +30,6 @@ from tally.rules import (
     RuleSet,
     SequenceRule,
     SumRule,
-)
-from tally.writers.transactions import (
-    Backoff,
-    Cancelled,
-    Names,
-    client_request_token,
-    deserialize,
-    serialize,
-    transact,
 )
 
 AnyRule = CountRule | SumRule | SequenceRule

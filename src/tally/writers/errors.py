@@ -5,6 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tally.dynamodb import TransactionFailedError
+
+__all__ = [
+    "CounterBehindError",
+    "InvalidCounterError",
+    "ParentNotFoundError",
+    "TransactionFailedError",
+]
+
 
 class ParentNotFoundError(LookupError):
     """The parent (or counter) item a write must bump does not exist."""
@@ -33,13 +42,3 @@ class CounterBehindError(RuntimeError):
         )
         self.key = dict(key)
         self.number = number
-
-
-class TransactionFailedError(RuntimeError):
-    """A transaction was cancelled for a reason the writer cannot turn into an outcome."""
-
-    def __init__(self, reasons: list[dict[str, Any]], attempts: int):
-        codes = [reason.get("Code") for reason in reasons]
-        super().__init__(f"transaction cancelled after {attempts} attempt(s): {codes}")
-        self.reasons = reasons
-        self.attempts = attempts

@@ -18,18 +18,17 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet, SequenceRule
-from tally.writers.errors import CounterBehindError, InvalidCounterError
-from tally.writers.transactions import (
+from tally.dynamodb import (
     Backoff,
     Cancelled,
     Names,
     deserialize,
-    number_or_none,
-    retrying,
     serialize,
     transact,
 )
+from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet, SequenceRule
+from tally.writers.errors import CounterBehindError, InvalidCounterError
+from tally.writers.transactions import number_or_none, retrying
 
 Strategy = Literal["atomic", "gapless", "sortkey", "block"]
 STRATEGIES: tuple[Strategy, ...] = ("atomic", "gapless", "sortkey", "block")

@@ -8,19 +8,18 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Literal
 
-from tally.rules import CountRule, Key, RuleSet, SumRule
-from tally.writers.errors import ParentNotFoundError
-from tally.writers.transactions import (
+from tally.dynamodb import (
     Backoff,
     Cancelled,
     Names,
     client_request_token,
     deserialize,
-    number_or_none,
-    retrying,
     serialize,
     transact,
 )
+from tally.rules import CountRule, Key, RuleSet, SumRule
+from tally.writers.errors import ParentNotFoundError
+from tally.writers.transactions import number_or_none, retrying
 
 Outcome = Literal["created", "already_present", "removed", "not_present", "changed", "unchanged"]
 _Operation = Literal["add", "remove", "change"]

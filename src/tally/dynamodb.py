@@ -1,0 +1,156 @@
+"""DynamoDB primitives shared by writers and reconciler: (de)serializing, expression names,
+and running one ``TransactWriteItems`` with idempotency tokens, conflict retries and
+cancellation reasons."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+_SERIALIZER = TypeSerializer()
+_DESERIALIZER = TypeDeserializer()
+_TOKEN_NAMESPACE = uuid.UUID("5d0f1c7e-6a4b-4c59-9a52-2f6b1e0c7a11")
+# Cancellation codes that say "try the same thing again", not "your condition failed".
+_TRANSIENT = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+
+
+def serialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: _SERIALIZER.serialize(value) for name, value in item.items()}
+
+
+def deserialize(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: _DESERIALIZER.deserialize(value) for name, value in item.items()}
+
+
+class TransactionFailedError(RuntimeError):
+    """A transaction was cancelled for a reason the caller cannot turn into an outcome."""
+
+    def __init__(self, reasons: list[dict[str, Any]], attempts: int):
+        codes = [reason.get("Code") for reason in reasons]
+        super().__init__(f"transaction cancelled after {attempts} attempt(s): {codes}")
+        self.reasons = reasons
+        self.attempts = attempts
+
+
+def client_request_token(operation: str, table: str, key: Mapping[str, Any], basis: Any) -> str:
+    """A deterministic ``ClientRequestToken`` (36 chars) for this operation on this key.
+
+    ``basis`` is the caller's idempotency key, or the request's own content when there is
+    none, so the same logical request always maps to the same token within DynamoDB's
+    10-minute idempotency window.
+    """
+    text = json.dumps([operation, table, key, basis], sort_keys=True, default=str)
+    return str(uuid.uuid5(_TOKEN_NAMESPACE, text))
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Bounded retries: full jitter for transaction conflicts, short rounds for lost races.
+
+    A conflict says "someone is busy here": back off. A lost optimistic round (the counter
+    moved since it was read) says "someone made progress" and brings the fresh value, so
+    the next round starts at once; under load (seed 000) losing rounds is normal, hence
+    the generous bound that only stops a livelock.
+    """
+
+    attempts: int = 16
+    base_seconds: float = 0.01
+    cap_seconds: float = 0.25
+    rounds: int = 1000
+
+    def pause(self, attempt: int) -> None:
+        time.sleep(random.uniform(0, min(self.cap_seconds, self.base_seconds * 2**attempt)))
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A committed transaction; ``replayed`` when DynamoDB recognised the token and did nothing."""
+
+    replayed: bool
+    attempts: int
+
+
+class Cancelled(Exception):
+    """The transaction was cancelled by a condition; ``reasons`` line up with the items."""
+
+    def __init__(self, reasons: list[dict[str, Any]], attempts: int):
+        super().__init__(f"cancelled: {[r.get('Code') for r in reasons]}")
+        self.reasons = reasons
+        self.attempts = attempts
+
+    def failed(self, index: int) -> bool:
+        return self.reasons[index].get("Code") == "ConditionalCheckFailed"
+
+    def old_item(self, index: int) -> dict[str, Any] | None:
+        """The item as it was when its condition failed (needs ALL_OLD on that item)."""
+        item = self.reasons[index].get("Item")
+        return deserialize(item) if item else None
+
+    def unexpected(self) -> TransactionFailedError:
+        return TransactionFailedError(self.reasons, self.attempts)
+
+
+def transact(
+    client: Any,
+    items: Sequence[Mapping[str, Any]],
+    token: str | None,
+    backoff: Backoff,
+) -> Committed:
+    """Run the transaction, retrying conflicts; raise ``Cancelled`` when a condition failed."""
+    request: dict[str, Any] = {"TransactItems": list(items), "ReturnConsumedCapacity": "TOTAL"}
+    if token is not None:
+        request["ClientRequestToken"] = token
+    for attempt in range(1, backoff.attempts + 1):
+        try:
+            response = client.transact_write_items(**request)
+        except ClientError as error:
+            reasons = cast(list[dict[str, Any]], error.response.get("CancellationReasons") or [])
+            code = error.response["Error"]["Code"]
+            if reasons and any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                raise Cancelled(reasons, attempt) from error
+            retryable = code == "TransactionInProgressException" or (
+                reasons and {r.get("Code") for r in reasons} <= _TRANSIENT | {"None"}
+            )
+            if not retryable or attempt == backoff.attempts:
+                raise TransactionFailedError(reasons or [{"Code": code}], attempt) from error
+            backoff.pause(attempt)
+            continue
+        return Committed(replayed=_is_replay(response), attempts=attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _is_replay(response: Mapping[str, Any]) -> bool:
+    # A repeated token is answered with read units only: nothing was written this time.
+    consumed = response.get("ConsumedCapacity") or []
+    return bool(consumed) and all(not c.get("WriteCapacityUnits") for c in consumed)
+
+
+@dataclass(frozen=True)
+class Names:
+    """``ExpressionAttributeNames`` for a set of attribute names, as ``#a0``, ``#a1``..."""
+
+    mapping: dict[str, str]
+
+    @classmethod
+    def of(cls, *attributes: str | None) -> Names:
+        present = [a for a in dict.fromkeys(attributes) if a is not None]
+        return cls({name: f"#a{i}" for i, name in enumerate(present)})
+
+    def __getitem__(self, attribute: str) -> str:
+        return self.mapping[attribute]
+
+    @property
+    def expression_names(self) -> dict[str, str]:
+        return {placeholder: name for name, placeholder in self.mapping.items()}
+
+    def subset(self, *attributes: str | None) -> dict[str, str]:
+        """The names one expression uses: DynamoDB rejects unused ones."""
+        return {self.mapping[a]: a for a in attributes if a is not None}
