@@ -21,6 +21,8 @@ RepairMode = Literal["auto", "alert", "off"]
 Role = Literal["parent", "child", "member"]
 
 DEFAULT_RULES_FILE = Path(__file__).resolve().parent.parent / "rules.toml"
+# Set by every reconciler write on the counted table; no writer may set it (docs/verification.md).
+REPAIR_MARKER = "tallyRepair"
 
 
 class RulesFileError(ValueError):

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tally.reconciler.changes import REPAIR_MARKER, TTL_PRINCIPAL, Batch, Group, group_records
-from tally.rules import load_rules
+from tally.reconciler.changes import TTL_PRINCIPAL, Batch, Group, group_records
+from tally.rules import REPAIR_MARKER, load_rules
 from tests.utils import stream_record
 
 RULES = load_rules(Path(__file__).parents[1] / "integration" / "rules.toml")

@@ -17,6 +17,7 @@ from boto3.dynamodb.types import TypeDeserializer
 
 from tally.reconciler.findings import Evidence, timestamp
 from tally.rules import (
+    REPAIR_MARKER,
     CollectionMembers,
     CountRule,
     IndexMembers,
@@ -27,8 +28,6 @@ from tally.rules import (
     SumRule,
 )
 
-# Set by every reconciler write on the main table, so its own records are recognised.
-REPAIR_MARKER = "tallyRepair"
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
 _DESERIALIZER = TypeDeserializer()
 _MISSING = object()

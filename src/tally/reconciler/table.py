@@ -21,8 +21,8 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
-from tally.reconciler.changes import REPAIR_MARKER
 from tally.rules import (
+    REPAIR_MARKER,
     CollectionMembers,
     CountRule,
     IndexMembers,
