@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class SettingsError(ValueError):
+    """A required environment variable is missing or malformed; the message names it."""
 
 
 class Settings(BaseModel):
@@ -29,10 +33,20 @@ class Settings(BaseModel):
         value = getattr(self, name)
         if not value:
             alias = type(self).model_fields[name].alias
-            raise RuntimeError(f"environment variable {alias} is not set")
+            raise SettingsError(f"environment variable {alias} is not set")
         return str(value)
 
 
 @lru_cache(maxsize=1)
 def settings() -> Settings:
-    return Settings.model_validate(dict(os.environ))
+    """The environment's settings; a SettingsError naming each bad variable, never its values."""
+    try:
+        return Settings.model_validate(dict(os.environ))
+    except ValidationError as error:
+        # pydantic's own message repeats its input: the whole environment, secrets included.
+        problems = [
+            f"environment variable {detail['loc'][0]} "
+            + ("is not set" if detail["type"] == "missing" else f"is invalid: {detail['msg']}")
+            for detail in error.errors()
+        ]
+        raise SettingsError("; ".join(problems)) from None
