@@ -57,13 +57,21 @@ bench-reconciler: $(STAMP)
 
 # `make invoke FN=ReconcilerFunction EVENT=events/ReconcilerFunction/like_added.json`:
 # sam local invoke with Docker (host network, so the container reaches the local stack),
-# otherwise the same handler in process against the local stack.
+# otherwise the same handler in process against the local stack. Either way it says which.
+# DOCKER=false chooses the in-process way where Docker runs too.
+TALLY_STATE_DIR ?= .tally
+DOCKER ?= docker
 invoke: $(STAMP)
-	@if docker info >/dev/null 2>&1; then \
-		$(PY) -m tally.cli local env --sam > .tally/sam-env.json && \
+	@if $(DOCKER) info >/dev/null 2>&1; then \
+		echo "invoke: Docker runs: sam local invoke $(FN) on the host network," \
+			"variables from $(TALLY_STATE_DIR)/sam-env.json (tally local env --sam)"; \
+		$(PY) -m tally.cli local env --sam > $(TALLY_STATE_DIR)/sam-env.json && \
 		$(VENV)/bin/sam local invoke $(FN) --event $(EVENT) --docker-network host \
-			--env-vars .tally/sam-env.json; \
+			--env-vars $(TALLY_STATE_DIR)/sam-env.json && \
+		echo "invoke: alerts the local subscriber holds (tally alerts):" && \
+		$(PY) -m tally.cli alerts; \
 	else \
+		echo "invoke: no Docker: $(FN) in process against the local stack (tally invoke)"; \
 		$(PY) -m tally.cli invoke $(FN) $(EVENT); \
 	fi
 

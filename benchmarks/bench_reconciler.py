@@ -44,7 +44,7 @@ from tally.local.dynamodb_local import (
     endpoint_from_env,
     local_client_kwargs,
 )
-from tally.local.template import TEMPLATE_PATH, create_table, load_template
+from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.rechecks import RecheckQueue
@@ -180,7 +180,7 @@ def stack(external: str | None, moto: str, rules: RuleSet) -> Iterator[Stack]:
         dynamodb = boto3.client("dynamodb", config=RETRY_CONFIG, **local)
         suffix = uuid.uuid4().hex[:10]
         table, audit = f"tally-bench-{suffix}", f"tally-bench-audit-{suffix}"
-        template = load_template(TEMPLATE_PATH)
+        template = load_template(template_path())
         for logical_id, name in (("Table", table), ("AuditTable", audit)):
             create_table(dynamodb, template, logical_id, name)
             exits.callback(dynamodb.delete_table, TableName=name)

@@ -29,7 +29,7 @@ from tally.local.dynamodb_local import (
     endpoint_from_env,
     local_client_kwargs,
 )
-from tally.local.template import TEMPLATE_PATH, create_table, load_template
+from tally.local.template import create_table, load_template, template_path
 from tally.rules import CollectionMembers, RuleSet, SequenceRule, load_rules
 from tally.writers.sequences import SequenceAllocator, Strategy
 
@@ -189,7 +189,7 @@ def measure(
         # One client for all threads: RETRY_CONFIG's pool of 64 keeps 16 threads from queueing.
         client = boto3.client("dynamodb", config=RETRY_CONFIG, **local_client_kwargs(endpoint))
         table = f"tally-bench-{uuid.uuid4().hex[:12]}"
-        create_table(client, load_template(TEMPLATE_PATH), "Table", table)
+        create_table(client, load_template(template_path()), "Table", table)
         stack.callback(client.delete_table, TableName=table)
         allocator = SequenceAllocator(client, table, rules)
         # Untimed warm-up: a cold JVM would otherwise slow the measurement.

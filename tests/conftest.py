@@ -14,10 +14,12 @@ import pytest
 from botocore.config import Config
 
 from tally.local.dynamodb_local import DynamoDBLocal, endpoint_from_env, local_client_kwargs
-from tally.local.template import TEMPLATE_PATH, create_table, load_template
+from tally.local.template import create_table, load_template, template_path
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 
+# The project under test, whatever directory pytest runs from.
+os.environ.setdefault("TALLY_TEMPLATE", str(Path(__file__).parents[1] / "template.yaml"))
 # Powertools reads these when the handler modules are first imported.
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "tally")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
@@ -69,7 +71,7 @@ def dynamodb_streams(dynamodb_endpoint: str) -> Any:
 @pytest.fixture(scope="session")
 def template() -> dict[str, Any]:
     """The parsed template.yaml."""
-    return load_template(TEMPLATE_PATH)
+    return load_template(template_path())
 
 
 @pytest.fixture

@@ -2,284 +2,341 @@
 
 Commands work on the local stack (``tally local up``), on a deployed stack
 (``--stack NAME``), or on whatever ``TABLE_NAME``/``AUDIT_TABLE_NAME``/... the environment
-already names.
+already names. The project (template.yaml, src/rules.toml) is the working directory's, or
+the one ``--template`` names.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from tally import console, targets
+from tally.console import Failure, UsageError
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
-from tally.local.template import TEMPLATE_PATH
+from tally.reconciler.alerts import AlertPublisher
+from tally.reconciler.findings import Finding
 
-STATE_DIR = Path(os.environ.get("TALLY_STATE_DIR") or local_stack.DEFAULT_STATE_DIR)
+EPILOG = "exit codes: 0 clean, 1 findings or failure, 2 usage"
+MAX_SEGMENTS = 64
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    options = parser.parse_args(argv)
-    try:
+    options = _parser().parse_args(argv)
+    return console.run(lambda: _run(options))
+
+
+def _run(options: argparse.Namespace) -> int:
+    from tally.local.functions import environ
+
+    template: Path | None = getattr(options, "template", None)
+    if template is None:
         code: int = options.run(options)
-    except (dynamodb_local.DynamoDBLocalUnavailable, local_stack.LocalStackError) as error:
-        print(f"tally: {error}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
+        return code
+    if not template.is_file():
+        raise UsageError(f"--template {template}: no such file")
+    with environ({"TALLY_TEMPLATE": str(template.absolute())}):
+        code = options.run(options)
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tally", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+# --- the command line --------------------------------------------------------------------
 
-    local = commands.add_parser("local", help="start, stop or describe the local stack")
-    local.add_argument("action", choices=["up", "down", "env"])
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tally",
+        description="Keep DynamoDB counters honest: local stack, stream pump, audit, alerts, "
+        "replay. Commands work on the project in the working directory (template.yaml).",
+        epilog=EPILOG,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    project = argparse.ArgumentParser(add_help=False)
+    project.add_argument(
+        "--template", type=Path, metavar="PATH", help="the project's template (./template.yaml)"
+    )
+
+    def command(name: str, summary: str, *, parents: bool = True) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=summary[0].upper() + summary[1:] + ".",
+            epilog=EPILOG,
+            parents=[project] if parents else [],
+        )
+
+    local = command("local", "start, stop or describe the local stack")
     local.add_argument(
-        "--sam", action="store_true", help="with env: a `sam local invoke --env-vars` file"
+        "action",
+        choices=["up", "down", "env"],
+        help="up: start it (or find it running); down: stop it; env: its variables",
+    )
+    local.add_argument(
+        "--sam", action="store_true", help="with env: the `sam local invoke --env-vars` file"
     )
     local.set_defaults(run=_local)
 
-    pump = commands.add_parser("pump", help="play Lambda's stream and queue triggers locally")
-    pump.add_argument("--until-idle", action="store_true", help="stop once drained")
-    pump.add_argument("--max-seconds", type=float, default=300.0)
+    pump = command("pump", "play Lambda's stream and recheck-queue triggers locally")
+    pump.add_argument("--until-idle", action="store_true", help="stop once all is delivered")
+    pump.add_argument(
+        "--max-seconds",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="with --until-idle: give up after S seconds (default 300)",
+    )
     pump.set_defaults(run=_pump)
 
-    audit = commands.add_parser("audit", help="full audit: every rule, one rule or one parent")
-    audit.add_argument("--rule", help="only this rule")
-    audit.add_argument("--parent", help="only this parent, e.g. PK=POST#a91f,SK=META")
+    audit = command("audit", "full audit of every rule, one rule or one parent")
+    audit.add_argument("--rule", metavar="NAME", help="only this rule")
+    audit.add_argument(
+        "--parent", type=_key_argument, metavar="KEY", help="only this parent: PK=POST#a91f,SK=META"
+    )
     mode = audit.add_mutually_exclusive_group()
     mode.add_argument("--repair", action="store_true", help="repair (rules in auto mode)")
     mode.add_argument("--dry-run", action="store_true", help="show repairs, write none (default)")
-    audit.add_argument("--segments", type=int, default=4, help="parallel scan segments")
-    audit.add_argument("--json", action="store_true", help="the report as JSON")
+    audit.add_argument(
+        "--alert",
+        action="store_true",
+        help="publish alerts in a dry run too (--repair always does)",
+    )
+    audit.add_argument(
+        "--segments",
+        type=_segments,
+        default=4,
+        metavar="N",
+        help=f"parallel scan segments, 1 to {MAX_SEGMENTS} (default 4)",
+    )
+    audit.add_argument("--json", action="store_true", help="the report and findings as JSON")
     _target(audit)
     audit.set_defaults(run=_audit)
 
-    alerts = commands.add_parser("alerts", help="alerts the local subscriber received")
+    alerts = command("alerts", "alerts the local stack's subscriber received")
     alerts.add_argument("--follow", action="store_true", help="keep printing new ones")
     alerts.add_argument("--json", action="store_true", help="one JSON object per line")
     alerts.set_defaults(run=_alerts)
 
-    replay = commands.add_parser("replay", help="re-verify what landed on the on-failure queue")
+    replay = command("replay", "re-verify the batches on the stream's on-failure queue")
     _target(replay)
     replay.set_defaults(run=_replay)
 
-    invoke = commands.add_parser("invoke", help="invoke a template function in process")
-    invoke.add_argument("function", help="logical id, e.g. ReconcilerFunction")
-    invoke.add_argument("event", type=Path, help="event JSON file, e.g. from events/")
+    invoke = command("invoke", "invoke a template function in process on the local stack")
+    invoke.add_argument("function", help="its logical id in template.yaml, e.g. ReconcilerFunction")
+    invoke.add_argument("event", type=Path, help="an event JSON file, e.g. from events/")
     invoke.set_defaults(run=_invoke)
 
-    demo = commands.add_parser("demo", help="the end-to-end demo on the local stack")
-    demo.add_argument("--keep", action="store_true", help="leave the local stack running")
+    demo = command("demo", "the end-to-end demo, on a local stack of its own")
+    demo.add_argument("--keep", action="store_true", help="leave the demo's stack running")
     demo.set_defaults(run=_demo)
 
-    ddb = commands.add_parser("dynamodb-local", help="fetch or run DynamoDB Local")
-    ddb.add_argument("args", nargs=argparse.REMAINDER, help="fetch | run [--port N]")
-    ddb.set_defaults(run=lambda o: dynamodb_local.main(o.args))
+    ddb = command(
+        "dynamodb-local", "fetch DynamoDB Local, or run it in the foreground", parents=False
+    )
+    ddb.add_argument("action", choices=["fetch", "run"])
+    ddb.add_argument("--port", type=int, default=8000, help="with run (default 8000)")
+    ddb.set_defaults(run=_dynamodb_local)
     return parser
 
 
+def _version() -> str:
+    try:
+        return version("tally-reconciler")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def _target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stack", help="a deployed stack's name (default: the local stack)")
+    parser.add_argument("--stack", metavar="NAME", help="a deployed stack (default: local stack)")
+    parser.add_argument(
+        "--rules",
+        type=Path,
+        metavar="PATH",
+        help="the rules file (default: the one template.yaml bundles, src/rules.toml)",
+    )
+
+
+def _segments(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SEGMENTS:
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to {MAX_SEGMENTS}, not {text!r}")
+    return value
+
+
+def _key_argument(text: str) -> dict[str, str]:
+    try:
+        return parse_key(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def parse_key(text: str) -> dict[str, str]:
+    """``PK=POST#a91f,SK=META`` as a key; ValueError saying what is malformed."""
+    key: dict[str, str] = {}
+    for part in text.split(","):
+        name, equals, value = part.partition("=")
+        if not equals:
+            raise ValueError(f"{part!r} is not NAME=VALUE (e.g. PK=POST#a91f,SK=META)")
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"{name!r} is not an attribute name (no spaces: PK=...,SK=...)")
+        if not value:
+            raise ValueError(f"{name} has no value")
+        if value != value.strip():
+            raise ValueError(f"the value of {name}, {value!r}, starts or ends with a space")
+        if name in key:
+            raise ValueError(f"{name} is given twice")
+        key[name] = value
+    return key
 
 
 # --- local stack and pump ---------------------------------------------------------------
 
 
 def _local(options: argparse.Namespace) -> int:
+    state_dir = targets.state_dir()
     if options.action == "up":
-        stack = local_stack.up(STATE_DIR)
+        stack = local_stack.up(state_dir)
         state = "already running" if stack.already_running else "up"
-        print(
+        console.note(
             f"local stack {state}: DynamoDB Local {stack.dynamodb_endpoint}, "
-            f"SNS/SQS {stack.moto_endpoint}",
-            file=sys.stderr,
+            f"SNS/SQS {stack.moto_endpoint}; `sam local invoke` variables in "
+            f"{state_dir / local_stack.SAM_ENV_FILE}"
         )
         print(local_stack.exports(stack))
     elif options.action == "down":
-        stopped = local_stack.down(STATE_DIR)
+        stopped = local_stack.down(state_dir)
         for line in stopped or ["nothing was running"]:
-            print(f"stopped: {line}", file=sys.stderr)
+            console.note(f"stopped: {line}")
     elif options.sam:
-        print(json.dumps(_sam_env_vars(_running()), indent=2))
+        print(json.dumps(local_stack.sam_env(targets.running(state_dir)), indent=2))
     else:
-        print(local_stack.exports(_running()))
+        print(local_stack.exports(targets.running(state_dir)))
     return 0
-
-
-def _sam_env_vars(stack: local_stack.LocalStack) -> dict[str, dict[str, str]]:
-    """Per function, the variables that point a container (host network) at the stack."""
-    from tally.local.functions import functions
-    from tally.local.template import load_template
-
-    values = local_stack.env(stack) | {
-        "DYNAMODB_ENDPOINT": stack.dynamodb_endpoint,
-        "SNS_ENDPOINT": stack.moto_endpoint,
-        "SQS_ENDPOINT": stack.moto_endpoint,
-    }
-    return {
-        spec.logical_id: {k: values[k] for k in spec.environment if k in values}
-        for spec in functions(load_template(TEMPLATE_PATH))
-    }
-
-
-def _running() -> local_stack.LocalStack:
-    stack = local_stack.load(STATE_DIR)
-    if stack is None:
-        raise SystemExit("tally: the local stack is not running: start it with `tally local up`")
-    return stack
 
 
 def _pump(options: argparse.Namespace) -> int:
     from tally.local import runner
 
-    pump = runner.pump(_running(), STATE_DIR, say=lambda line: print(line, file=sys.stderr))
+    state_dir = targets.state_dir()
+    pump = runner.pump(targets.running(state_dir), state_dir, say=console.note)
     try:
-        if options.until_idle:
-            report = pump.until_idle(options.max_seconds)
-            print(
-                f"pump: idle. {report.records} records, {report.batches} batches, "
-                f"{report.retries} retries, {report.sent_to_failure_queue} to the on-failure "
-                f"queue, {report.rechecks} rechecks done, {report.pending_rechecks} not yet due",
-                file=sys.stderr,
-            )
-        else:
-            pump.forever()
+        with console.live(lambda: _pump_status(pump.report)):
+            if options.until_idle:
+                pump.until_idle(options.max_seconds)
+            else:
+                pump.forever()
     finally:
-        runner.save_checkpoint(pump, STATE_DIR)
+        runner.save_checkpoint(pump, state_dir)
+    report = pump.report
+    console.note(
+        f"pump: idle. {_pump_status(report)}, {report.pending_rechecks} rechecks not yet due"
+    )
+    if report.sent_to_failure_queue:
+        console.note("pump: batches went to the on-failure queue: `tally replay` re-verifies them")
+        return 1
     return 0
 
 
+def _pump_status(report: Any) -> str:
+    return (
+        f"{report.records} records, {report.batches} batches, {report.retries} retries, "
+        f"{report.sent_to_failure_queue} to the on-failure queue, {report.rechecks} rechecks done"
+    )
+
+
 # --- operator commands -------------------------------------------------------------------
-
-
-@contextmanager
-def _environment(stack_name: str | None) -> Iterator[None]:
-    """The target's variables (deployed stack, local stack, or the current environment)."""
-    from tally.local.functions import environ
-
-    if stack_name:
-        values = _deployed(stack_name)
-    elif (local := local_stack.load(STATE_DIR)) is not None:
-        values = local_stack.env(local)
-    else:
-        values = {}
-    values.setdefault("RULES_FILE", str(TEMPLATE_PATH.parent / "src" / "rules.toml"))
-    with environ(values):
-        yield
-
-
-def _deployed(stack_name: str) -> dict[str, str]:
-    from tally.aws import client
-
-    outputs = client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"][0]
-    found = {o["OutputKey"]: o["OutputValue"] for o in outputs.get("Outputs", [])}
-    wanted = {
-        "TABLE_NAME": "TableName",
-        "AUDIT_TABLE_NAME": "AuditTableName",
-        "ALERT_TOPIC_ARN": "AlertTopicArn",
-        "RECHECK_QUEUE_URL": "RecheckQueueUrl",
-        "STREAM_FAILURE_QUEUE_URL": "StreamFailureQueueUrl",
-    }
-    return {variable: found[output] for variable, output in wanted.items() if output in found}
 
 
 def _audit(options: argparse.Namespace) -> int:
     from tally.reconciler import runtime
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
+    from tally.rules import load_rules
 
-    with _environment(options.stack):
+    with targets.environment(options.stack, options.rules):
+        rule = _rule(load_rules(), options.rule, options.parent)
+        total = targets.item_count()
         checker = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
         checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
-        bar = _ProgressBar()
-        report = full_audit(
-            checker,
-            rule=options.rule,
-            parent=_key(options.parent) if options.parent else None,
-            segments=options.segments,
-            progress=bar.advance,
-        )
-        bar.done()
+        alerting = options.repair or options.alert
+        if not alerting:
+            checker.alerts = _Withheld(checker.alerts.sns, checker.alerts.topic_arn, checker.store)
+        scanning = options.parent is None and not options.json
+        with console.progress("audit: items scanned", total, enabled=scanning) as advance:
+            report = full_audit(
+                checker,
+                rule=rule,
+                parent=options.parent,
+                segments=options.segments,
+                progress=advance,
+            )
+    findings = checker.log
     if options.json:
-        print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in checker.log]}))
-        return 0
-    print(_audit_table(report.as_json(), checker.log))
-    return 0
+        print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in findings]}))
+    else:
+        console.print_audit(report.as_json(), findings, options.repair, alerting)
+    return 1 if findings else 0
 
 
-def _key(text: str) -> dict[str, str]:
-    try:
-        return dict(part.split("=", 1) for part in text.split(","))
-    except ValueError:
-        raise SystemExit(
-            f"tally: --parent must look like PK=POST#a91f,SK=META, got {text!r}"
-        ) from None
+class _Withheld(AlertPublisher):
+    """A dry run's findings are shown to the operator, not published to subscribers."""
+
+    def publish(self, finding: Finding) -> bool:
+        return False
 
 
-class _ProgressBar:
-    """Items scanned, on stderr, redrawn in place."""
-
-    def __init__(self) -> None:
-        self.items = 0
-        self.started = time.monotonic()
-
-    def advance(self, items: int) -> None:
-        self.items += items
-        rate = self.items / max(time.monotonic() - self.started, 1e-6)
-        filled = min(30, self.items // 100)
-        sys.stderr.write(f"\raudit [{'#' * filled:<30}] {self.items} items ({rate:,.0f}/s)")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        sys.stderr.write("\n")
-
-
-def _audit_table(report: dict[str, Any], findings: list[Any]) -> str:
-    per_rule: dict[str, dict[str, int]] = {}
-    for finding in findings:
-        row = per_rule.setdefault(finding.rule, {})
-        row[finding.kind] = row.get(finding.kind, 0) + 1
-        if finding.repair and finding.repair.status == "applied":
-            row["repaired"] = row.get("repaired", 0) + 1
-    lines = [
-        f"{'rule':<16} {'checked':>8} {'drift':>6} {'gaps':>5} {'other':>6} {'repaired':>9}",
-        "-" * 56,
-    ]
-    for rule in report["rules"]:
-        row = per_rule.get(rule, {})
-        other = sum(v for k, v in row.items() if k not in ("drift", "gap", "repaired"))
-        lines.append(
-            f"{rule:<16} {report['parents_checked'].get(rule, 0):>8} {row.get('drift', 0):>6} "
-            f"{row.get('gap', 0):>5} {other:>6} {row.get('repaired', 0):>9}"
+def _rule(rules: Any, name: str | None, parent: dict[str, str] | None) -> str | None:
+    """The rule to audit; UsageError for a rule or parent key the rules do not know."""
+    described = "; ".join(f"{r.name} ({console.pattern(r.parent_pattern)})" for r in rules)
+    if name is not None:
+        if name not in {r.name for r in rules}:
+            raise UsageError(f"no rule named {name!r}; the rules: {described}")
+        if rules[name].repair == "off":
+            raise UsageError(f'rule {name!r} has repair = "off": the audit skips it')
+    if parent is None:
+        return name
+    expected = list(rules.table.names)
+    if missing := [n for n in expected if n not in parent]:
+        raise UsageError(
+            f"--parent lacks {', '.join(missing)}: it needs exactly {', '.join(expected)}, "
+            "pairs separated by ',' (PK=POST#a91f,SK=META)"
         )
-    total = sum(report["findings"].values())
-    lines.append("-" * 56)
-    lines.append(
-        f"{report['items_scanned']} items scanned, {report['recounted']} parents recounted, "
-        f"{total} findings, {report['seconds']} s" + ("" if total else ": clean")
-    )
-    return "\n".join(lines)
+    if extra := [n for n in parent if n not in expected]:
+        raise UsageError(
+            f"--parent: {', '.join(extra)} is not a key attribute ({', '.join(expected)})"
+        )
+    owners = [m.rule.name for m in rules.classify(parent) if m.role == "parent"]
+    if name is not None and name not in owners:
+        raise UsageError(
+            f"{console.pattern(parent)} is not a parent of rule {name!r} "
+            f"({console.pattern(rules[name].parent_pattern)})"
+        )
+    if not owners:
+        raise UsageError(
+            f"{console.pattern(parent)} is the parent of no rule; the rules: {described}"
+        )
+    return name if name is not None else (owners[0] if len(owners) == 1 else None)
 
 
 def _alerts(options: argparse.Namespace) -> int:
     from tally.local import inbox
 
-    stack = _running()
+    state_dir = targets.state_dir()
+    stack = targets.running(state_dir)
     sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
     printed = 0
     while True:
-        alerts = inbox.collect(sqs, url, STATE_DIR)
+        alerts = inbox.collect(sqs, url, state_dir)
         for body in alerts[printed:]:
             print(
                 json.dumps(body, sort_keys=True) if options.json else inbox.line(body), flush=True
@@ -293,26 +350,75 @@ def _alerts(options: argparse.Namespace) -> int:
 def _replay(options: argparse.Namespace) -> int:
     from tally.reconciler.replay import replay
 
-    with _environment(options.stack):
-        outcome = replay(say=lambda line: print(line, file=sys.stderr))
+    with targets.environment(options.stack, options.rules):
+        targets.item_count()
+        outcome = replay(say=console.note)
     print(json.dumps(outcome))
     return 0 if not outcome["failed"] else 1
 
 
 def _invoke(options: argparse.Namespace) -> int:
-    from tally.local import runner
+    from tally.local import inbox, runner
+    from tally.local.functions import functions
+    from tally.local.template import load_template, template_path
 
-    event = json.loads(options.event.read_text())
-    response = runner.invoker(_running(), options.function)(event)
+    template = load_template(template_path())
+    specs = {spec.logical_id: spec for spec in functions(template)}
+    if options.function not in specs:
+        raise UsageError(
+            f"no function {options.function!r} in {template_path()}; "
+            f"its functions: {', '.join(specs)}"
+        )
+    event = _event(options.event)
+    state_dir = targets.state_dir()
+    stack = targets.running(state_dir)
+    sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
+    before = len(inbox.collect(sqs, url, state_dir))
+    console.note(
+        f"invoke: {options.function} ({specs[options.function].handler}) in process against "
+        f"the local stack; its logs and metrics: {state_dir / runner.FUNCTION_LOG}"
+    )
+    try:
+        response = runner.invoker(stack, options.function, template)(event)
+    except Exception as error:
+        raise Failure(f"{options.function} raised {type(error).__name__}: {error}") from error
     print(json.dumps(response, indent=2, default=str))
+    found = inbox.collect(sqs, url, state_dir)[before:]
+    for body in found:
+        console.note(f"invoke: alerted: {inbox.line(body)}")
+    if not found:
+        console.note(
+            "invoke: nothing alerted (the reconciler verifies the table as it is now, "
+            "so an event about items the table does not hold finds nothing)"
+        )
     return 0
+
+
+def _event(path: Path) -> dict[str, Any]:
+    try:
+        event = json.loads(path.read_text())
+    except OSError as error:
+        raise UsageError(f"event file {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise UsageError(f"event file {path} is not JSON: {error}") from None
+    if not isinstance(event, dict):
+        raise UsageError(f"event file {path} holds {type(event).__name__}, not a JSON object")
+    return event
 
 
 def _demo(options: argparse.Namespace) -> int:
     from tally.local.demo import run_demo
 
-    code: int = run_demo(STATE_DIR, keep=options.keep)
+    # A stack of its own: one the user started is never used or stopped.
+    code: int = run_demo(targets.state_dir() / "demo", keep=options.keep)
     return code
+
+
+def _dynamodb_local(options: argparse.Namespace) -> int:
+    arguments = [options.action] + (
+        ["--port", str(options.port)] if options.action == "run" else []
+    )
+    return dynamodb_local.main(arguments)
 
 
 if __name__ == "__main__":

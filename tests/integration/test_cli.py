@@ -1,9 +1,11 @@
-"""The local contract, driven the way a user (and our acceptance checks) drive it: the CLI."""
+"""The local contract, driven the way a user (and our acceptance checks) drive it: the CLI,
+as a separate process, with its exit codes (0 clean, 1 findings or failure, 2 usage)."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,24 +14,40 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tally.local.template import template_path
+from tests.integration.conftest import Stack
 
-def tally(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+EVENTS = template_path().parent / "events"
+
+
+def tally(
+    *args: str, env: dict[str, str], expect: int = 0, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
         [sys.executable, "-m", "tally.cli", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=240,
-        check=check,
     )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == expect, (result.returncode, result.stdout, result.stderr)
+    return result
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    """This environment without local endpoints or targets, and a state dir of its own."""
+    prefixes = ("AWS_ENDPOINT_URL", "DYNAMODB", "SNS_", "SQS_", "TABLE_NAME", "AUDIT_TABLE")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.pop("RULES_FILE", None)
+    env["TALLY_STATE_DIR"] = str(tmp_path / "state")
+    return env
 
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("AWS_ENDPOINT_URL", "DYNAMODB"))
-    }
-    env["TALLY_STATE_DIR"] = str(tmp_path / "state")
+    env = clean_env(tmp_path)
     tally("local", "up", env=env)
     yield env
     tally("local", "down", env=env)
@@ -41,7 +59,7 @@ def exported(env: dict[str, str]) -> dict[str, str]:
     return {name: value.strip("'") for name, value in pairs}
 
 
-def test_a_user_session_on_the_local_stack(cli_env: dict[str, str]) -> None:
+def test_a_user_session_on_the_local_stack(cli_env: dict[str, str], tmp_path: Path) -> None:
     local = exported(cli_env)
     for name in (
         "AWS_ENDPOINT_URL_DYNAMODB",
@@ -54,6 +72,11 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str]) -> None:
         "ALERT_TOPIC_ARN",
     ):
         assert local[name], name
+    # samconfig's local_invoke reads the file `up` wrote: the same as `local env --sam`.
+    sam = json.loads(tally("local", "env", "--sam", env=cli_env).stdout)
+    assert json.loads((tmp_path / "state" / "sam-env.json").read_text()) == sam
+    assert sam["ReconcilerFunction"]["DYNAMODB_ENDPOINT"] == local["AWS_ENDPOINT_URL_DYNAMODB"]
+
     # Any boto3 program talks to the local stack through those variables alone.
     session = dict(cli_env) | local
     script = (
@@ -65,7 +88,7 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str]) -> None:
     subprocess.run([sys.executable, "-c", script], env=session, check=True, timeout=60)
 
     pumped = tally("pump", "--until-idle", env=session)
-    assert "idle" in pumped.stderr
+    assert "pump: idle." in pumped.stderr and "0 to the on-failure queue" in pumped.stderr
     alerts = [
         json.loads(line) for line in tally("alerts", "--json", env=session).stdout.splitlines()
     ]
@@ -85,14 +108,104 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str]) -> None:
         aws_access_key_id="x",
         aws_secret_access_key="x",
     )
-    item = dynamodb.get_item(
-        TableName=local["TABLE_NAME"], Key={"PK": {"S": "POST#a91f"}, "SK": {"S": "META"}}
-    )["Item"]
-    assert item["likeTally"] == {"N": "1"}
+    key = {"PK": {"S": "POST#a91f"}, "SK": {"S": "META"}}
+    assert dynamodb.get_item(TableName=local["TABLE_NAME"], Key=key)["Item"]["likeTally"] == {
+        "N": "1"
+    }
+
+    # A rogue overwrite the stream has not delivered yet: the sample event finds it.
+    dynamodb.update_item(
+        TableName=local["TABLE_NAME"],
+        Key=key,
+        UpdateExpression="SET likeTally = :v",
+        ExpressionAttributeValues={":v": {"N": "100"}},
+    )
+    event = EVENTS / "ReconcilerFunction" / "rogue_counter_overwrite.json"
+    invoked = tally("invoke", "ReconcilerFunction", str(event), env=session)
+    assert json.loads(invoked.stdout) == {"batchItemFailures": []}
+    assert "invoke: ReconcilerFunction (tally.handlers.reconciler.handler) in process" in (
+        invoked.stderr
+    )
+    assert "invoke: alerted: drift" in invoked.stderr and "stored 100 actual 1" in invoked.stderr
+
+    # The audit table gone: every batch fails, retries run out, the pump says so and exits 1.
+    dynamodb.put_item(
+        TableName=local["TABLE_NAME"], Item={**key, "likeTally": {"N": "7"}, "x": {"S": "y"}}
+    )
+    dynamodb.delete_table(TableName=local["AUDIT_TABLE_NAME"])
+    failed = tally("pump", "--until-idle", env=session, expect=1)
+    assert "batches went to the on-failure queue: `tally replay` re-verifies them" in failed.stderr
+
+
+def test_the_audit_exits_1_on_findings_lists_them_and_alerts_only_when_asked(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """On the environment's target (the fixture's tables), as `tally audit` without a stack."""
+    env = dict(os.environ) | {"TALLY_STATE_DIR": str(tmp_path / "none")}
+    stack.put({"PK": "POST#cli", "SK": "META", "likeTally": 4, "tallyRevision": 1})
+    stack.put({"PK": "POST#cli", "SK": "LIKE#USER#1"})
+    stack.put({"PK": "POST#fine", "SK": "META", "likeTally": 0})
+
+    dry = tally("audit", env=env, expect=1)
+    assert "drift" in dry.stdout and "PK=POST#cli,SK=META" in dry.stdout
+    assert "would set likeTally 4 -> 1" in dry.stdout
+    assert "dry run: nothing written, no alert published (--alert publishes)" in dry.stdout
+    assert stack.alerts() == []
+    assert stack.item("POST#cli", "META")["likeTally"] == 4  # type: ignore[index]
+
+    tally("audit", "--alert", env=env, expect=1)
+    assert [(a["kind"], a["repair"]["status"]) for a in stack.alerts()] == [("drift", "dry_run")]
+
+    scoped = tally("audit", "--parent", "PK=POST#fine,SK=META", env=env)
+    assert ": clean" in scoped.stdout
+
+    repaired = tally("audit", "--repair", "--json", env=env, expect=1)
+    report = json.loads(repaired.stdout)
+    assert (report["findings"], report["repairs"]) == ({"drift": 1}, {"applied": 1})
+    assert stack.item("POST#cli", "META")["likeTally"] == 1  # type: ignore[index]
+    assert [a["repair"]["status"] for a in stack.alerts()] == ["applied"]
+    clean = tally("audit", env=env)
+    assert ": clean" in clean.stdout
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_an_unreachable_endpoint_is_named(tmp_path: Path) -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    env = clean_env(tmp_path) | {"TABLE_NAME": "t-table", "DYNAMODB_ENDPOINT": endpoint}
+    for command in (["audit"], ["replay"]):
+        result = tally(*command, env=env | {"STREAM_FAILURE_QUEUE_URL": "q"}, expect=1)
+        assert result.stderr.startswith(f"tally: cannot reach {endpoint}"), result.stderr
+        assert "tally local up" in result.stderr
+
+
+def no_aws(tmp_path: Path) -> dict[str, str]:
+    """No credentials and no region anywhere botocore looks (files, variables, metadata)."""
+    env = clean_env(tmp_path)
+    for name in list(env):
+        if name.startswith("AWS_"):
+            del env[name]
+    return env | {
+        "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
+def test_no_region_and_no_credentials_are_named(tmp_path: Path) -> None:
+    env = no_aws(tmp_path)
+    result = tally("audit", "--stack", "prod", env=env, expect=1)
+    assert result.stderr.startswith("tally: no AWS region: set AWS_DEFAULT_REGION"), result.stderr
+    region = {"AWS_DEFAULT_REGION": "eu-west-1"}
+    result = tally("audit", "--stack", "prod", env=env | region, expect=1)
+    assert result.stderr.startswith("tally: no AWS credentials: configure a profile")
 
 
 def test_commands_that_need_the_stack_say_how_to_start_it(tmp_path: Path) -> None:
-    env = dict(os.environ) | {"TALLY_STATE_DIR": str(tmp_path / "none")}
-    result = tally("local", "env", env=env, check=False)
-    assert result.returncode != 0
+    result = tally("local", "env", env=clean_env(tmp_path), expect=1)
     assert "tally local up" in result.stderr

@@ -23,12 +23,12 @@ from moto.core.utils import unix_time_millis
 
 from tally.handlers import writer_api
 from tally.local.functions import environ, environment, function, functions
-from tally.local.template import TEMPLATE_PATH
+from tally.local.template import template_path
 from tally.rules import CountRule, SequenceRule, SumRule, load_rules
 from tests.integration.conftest import Stack
 from tests.utils import lambda_context
 
-EVENTS_DIR = TEMPLATE_PATH.parent / "events"
+EVENTS_DIR = template_path().parent / "events"
 EVENT_FILES = sorted(EVENTS_DIR.glob("*/*.json"))
 EVENT_DIRS = sorted(path for path in EVENTS_DIR.iterdir() if path.is_dir())
 RECHECK_SAMPLE = EVENTS_DIR / "RecheckFunction" / "recheck_message.json"
@@ -446,6 +446,6 @@ def test_every_scenario_has_its_event_file() -> None:
     assert set(SCENARIOS) == {_name(path) for path in EVENT_FILES}
 
 
-def test_events_dir_holds_only_function_directories_and_env() -> None:
+def test_events_dir_holds_only_function_directories() -> None:
     loose = {path.name for path in EVENTS_DIR.iterdir() if path.is_file()}
-    assert loose == {"env.json"}
+    assert loose == set()

@@ -19,13 +19,18 @@ from typing import Any
 import boto3
 import pytest
 
+from tally.local import inbox, runner
+from tally.local import stack as local_stack
+from tally.local.functions import bundled_rules
 from tally.local.stack import (
+    SAM_ENV_FILE,
     STATE_FILE,
     LocalStack,
     LocalStackError,
     down,
     exports,
     load,
+    sam_env,
     up,
 )
 
@@ -43,6 +48,7 @@ EXPORTED = {
     "RECHECK_QUEUE_URL",
     "STREAM_FAILURE_QUEUE_URL",
     "ALERT_INBOX_URL",
+    "RULES_FILE",
 }
 
 
@@ -154,8 +160,16 @@ def test_a_stale_stack_is_replaced_and_down_stops_the_new_one(
     with contextlib.suppress(ChildProcessError):
         os.waitpid(first.dynamodb_pid, 0)
 
+    # What the stale stack's subscriber received, and where its pump left the stream.
+    first.client("sns").publish(TopicArn=first.alert_topic_arn, Message='{"kind": "drift"}')
+    assert inbox.collect(first.client("sqs"), first.alert_inbox_url, tmp_path) != []
+    (tmp_path / runner.CHECKPOINT_FILE).write_text("{}")
+
     second = up(tmp_path)
     assert not second.already_running
+    # None of it shows in the new stack: alerts and stream positions belonged to the old one.
+    assert inbox.collect(second.client("sqs"), second.alert_inbox_url, tmp_path) == []
+    assert not (tmp_path / runner.CHECKPOINT_FILE).exists()
     assert {second.dynamodb_pid, second.moto_pid}.isdisjoint({first.dynamodb_pid, first.moto_pid})
     assert gone(first.moto_pid)  # the survivor of the stale stack was stopped
 
@@ -167,6 +181,7 @@ def test_a_stale_stack_is_replaced_and_down_stops_the_new_one(
     assert second.dynamodb_pid is not None
     assert gone(second.dynamodb_pid) and gone(second.moto_pid)
     assert not (tmp_path / STATE_FILE).exists()
+    assert not (tmp_path / inbox.ALERTS_FILE).exists()
     assert down(tmp_path) == []
 
 
@@ -195,8 +210,69 @@ def test_a_dynamodb_endpoint_is_used_and_left_running(
         assert stack.table_name in dynamodb.list_tables()["TableNames"]
         # Its tables outlive `down`, so the next `up` finds them and keeps them.
         assert up(tmp_path).table_stream_arn == stack.table_stream_arn
+        # A second stack on the same DynamoDB (the demo's) names its tables apart.
+        other = up(tmp_path / "demo", prefix="tally-demo")
+        assert other.table_name == "tally-demo-table"
+        assert other.table_stream_arn != stack.table_stream_arn
+        down(tmp_path / "demo")
         down(tmp_path)
     finally:
-        for name in ("tally-local-table", "tally-local-audit"):
+        for name in (
+            "tally-local-table",
+            "tally-local-audit",
+            "tally-demo-table",
+            "tally-demo-audit",
+        ):
             with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
                 dynamodb.delete_table(TableName=name)
+
+
+def test_up_writes_the_sam_env_file_samconfig_reads(local: LocalStack) -> None:
+    written = json.loads((local.state_dir / SAM_ENV_FILE).read_text())
+    assert written == sam_env(local)
+    assert written["ReconcilerFunction"]["TABLE_NAME"] == local.table_name
+
+
+def test_the_exports_name_the_rules_the_template_bundles(
+    local: LocalStack, template: dict[str, Any]
+) -> None:
+    assert local_stack.env(local)["RULES_FILE"] == str(bundled_rules(template))
+
+
+def test_up_without_moto_names_the_extra_and_starts_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    find_spec = local_stack.importlib.util.find_spec
+    monkeypatch.setattr(
+        local_stack.importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "moto" else find_spec(name, *args),
+    )
+    with pytest.raises(LocalStackError, match=r"pip install 'tally-reconciler\[local\]'"):
+        up(tmp_path)
+    assert load(tmp_path) is None
+
+
+def test_the_demo_never_uses_or_stops_the_users_stack(
+    local: LocalStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tally demo` next to a running stack: its own stack, state and names; the user's stays."""
+    from tally import cli
+    from tally.local import demo
+
+    monkeypatch.setenv("TALLY_STATE_DIR", str(local.state_dir))
+    monkeypatch.delenv("DYNAMODB_ENDPOINT", raising=False)
+    seen: list[LocalStack] = []
+
+    def story(stack: LocalStack, state_dir: Path, started: float) -> int:
+        seen.append(stack)
+        return 0
+
+    monkeypatch.setattr(demo, "_demo", story)
+    assert cli.main(["demo"]) == 0
+    (ran,) = seen
+    assert ran.state_dir == local.state_dir / "demo"
+    assert (ran.table_name, ran.moto_pid) != (local.table_name, local.moto_pid)
+    assert ran.table_name.startswith("tally-demo-")
+    assert load(ran.state_dir) is None  # the demo stopped its own stack
+    assert load(local.state_dir) == local and local_stack.answers(local)

@@ -13,7 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from tally.local.template import TEMPLATE_PATH, create_table, load_template
+from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.findings import Finding, Repair
@@ -53,7 +53,7 @@ class Stack:
 def stack() -> Iterator[Stack]:
     with mock_aws():
         dynamodb = boto3.client("dynamodb")
-        create_table(dynamodb, load_template(TEMPLATE_PATH), "AuditTable", TABLE)
+        create_table(dynamodb, load_template(template_path()), "AuditTable", TABLE)
         sns, sqs = boto3.client("sns"), boto3.client("sqs")
         topic_arn = sns.create_topic(Name="tally-alerts")["TopicArn"]
         queue_url = sqs.create_queue(QueueName="alerts-subscriber")["QueueUrl"]

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tally.dynamodb import serialize
-from tally.local.template import TEMPLATE_PATH, create_table, load_template
+from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.audit_store import ALERT_TTL, AuditStore
 from tally.reconciler.findings import Finding, Repair
 
@@ -34,7 +34,7 @@ class Clock:
 def client() -> Iterator[Any]:
     with mock_aws():
         client = boto3.client("dynamodb")
-        create_table(client, load_template(TEMPLATE_PATH), "AuditTable", TABLE)
+        create_table(client, load_template(template_path()), "AuditTable", TABLE)
         yield client
 
 

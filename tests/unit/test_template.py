@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tally.local.template import (
-    TEMPLATE_PATH,
     TemplateResourceError,
     create_table_kwargs,
     load_template,
+    template_path,
     time_to_live_attribute,
 )
 
@@ -73,7 +73,7 @@ def test_short_form_tags_become_long_form(tmp_path: Path) -> None:
 
 
 def test_repo_template_loads_with_intrinsics() -> None:
-    template = load_template(TEMPLATE_PATH)
+    template = load_template(template_path())
 
     assert template["Outputs"]["TableName"]["Value"] == {"Ref": "Table"}
     variables = template["Globals"]["Function"]["Environment"]["Variables"]
@@ -81,7 +81,7 @@ def test_repo_template_loads_with_intrinsics() -> None:
 
 
 def test_create_table_kwargs_from_repo_template() -> None:
-    kwargs = create_table_kwargs(load_template(TEMPLATE_PATH), "Table", "t1")
+    kwargs = create_table_kwargs(load_template(template_path()), "Table", "t1")
 
     assert kwargs == {
         "TableName": "t1",
@@ -142,7 +142,7 @@ Resources:
 
 
 def test_time_to_live_attribute_from_repo_template() -> None:
-    assert time_to_live_attribute(load_template(TEMPLATE_PATH), "Table") == "expiresAt"
+    assert time_to_live_attribute(load_template(template_path()), "Table") == "expiresAt"
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def test_time_to_live_attribute_from_repo_template() -> None:
     ],
 )
 def test_wrong_logical_id_is_named(logical_id: str, message: str) -> None:
-    template = load_template(TEMPLATE_PATH)
+    template = load_template(template_path())
 
     with pytest.raises(TemplateResourceError, match=message) as excinfo:
         create_table_kwargs(template, logical_id, "t")

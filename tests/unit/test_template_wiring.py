@@ -9,6 +9,7 @@ import ast
 import importlib.util
 import json
 import re
+import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,14 +17,14 @@ from typing import Any
 import pytest
 
 from tally.local.functions import Function, code_root, environment, function, functions
-from tally.local.template import TEMPLATE_PATH, load_template
+from tally.local.stack import SAM_ENV_FILE, STATE_DIR_NAME, LocalStack, sam_env
+from tally.local.template import load_template, template_path
 from tally.rules import CountRule, Pattern, RuleSet, SequenceRule, SumRule, load_rules
 from tally.settings import Settings
 
-TEMPLATE = load_template(TEMPLATE_PATH)
+TEMPLATE = load_template(template_path())
 FUNCTIONS = functions(TEMPLATE)
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
-ENV_FILE = TEMPLATE_PATH.parent / "events" / "env.json"
 
 # What every function that builds a Reconciler needs, named so a refactor cannot drop them.
 RECONCILER_VARIABLES = {
@@ -344,11 +345,35 @@ def test_no_wildcard_actions_or_resources_outside_the_key_policy() -> None:
     assert checked >= 3, "found too few statements: the walk is broken"
 
 
-# --- events/env.json for `sam local invoke` --------------------------------------------------
+# --- `sam local invoke` variables: what `tally local up` writes, where samconfig reads ------
 
 
-def test_env_file_sets_each_function_s_resource_names_and_only_declared_variables() -> None:
-    env = json.loads(ENV_FILE.read_text())
+def fake_stack(state_dir: Path) -> LocalStack:
+    return LocalStack(
+        started_at="2025-01-15T09:50:00+00:00",
+        dynamodb_endpoint="http://127.0.0.1:8001",
+        dynamodb_pid=1,
+        dynamodb_port=8001,
+        moto_endpoint="http://127.0.0.1:5001",
+        moto_pid=2,
+        moto_port=5001,
+        table_name="tally-local-table",
+        table_stream_arn="arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/1",
+        audit_table_name="tally-local-audit",
+        alert_topic_arn="arn:aws:sns:us-east-1:123456789012:tally-local-alerts",
+        alert_inbox_url="http://127.0.0.1:5001/123456789012/tally-local-alert-inbox",
+        alert_subscription_arn="arn:aws:sns:us-east-1:123456789012:tally-local-alerts:1",
+        recheck_queue_url="http://127.0.0.1:5001/123456789012/tally-local-rechecks",
+        recheck_dead_letter_queue_url="http://127.0.0.1:5001/123456789012/dl",
+        stream_failure_queue_url="http://127.0.0.1:5001/123456789012/failures",
+        state_dir=state_dir,
+    )
+
+
+def test_sam_env_sets_each_function_s_resource_names_and_only_declared_variables(
+    tmp_path: Path,
+) -> None:
+    env = sam_env(fake_stack(tmp_path))
     assert set(env) == {spec.logical_id for spec in FUNCTIONS}
     for spec in FUNCTIONS:
         values = env[spec.logical_id]
@@ -361,5 +386,16 @@ def test_env_file_sets_each_function_s_resource_names_and_only_declared_variable
             if isinstance(value, dict) and value.get("Ref") in RESOURCES
         }
         assert refs <= set(values), f"{spec.logical_id}: resource names unset: {refs - set(values)}"
+        # The container reaches the stack through the declared-empty endpoint variables.
+        assert values["DYNAMODB_ENDPOINT"] == "http://127.0.0.1:8001"
+        assert values["SQS_ENDPOINT"] == values["SNS_ENDPOINT"] == "http://127.0.0.1:5001"
         assert all(isinstance(v, str) and v for v in values.values())
         assert Settings.model_validate(values).table_name == values["TABLE_NAME"]
+
+
+def test_samconfig_local_invoke_reads_what_local_up_writes() -> None:
+    config = tomllib.loads((template_path().parent / "samconfig.toml").read_text())
+    local_invoke = config["default"]["local_invoke"]["parameters"]
+    assert Path(local_invoke["env_vars"]) == Path(STATE_DIR_NAME) / SAM_ENV_FILE
+    # The local stack listens on the host's loopback, which only the host network reaches.
+    assert local_invoke["docker_network"] == "host"

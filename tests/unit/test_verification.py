@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tally.dynamodb import deserialize, serialize
-from tally.local.template import TEMPLATE_PATH, create_table, load_template
+from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.findings import Finding
@@ -119,7 +119,7 @@ class Rig:
 def rig() -> Iterator[Rig]:
     with mock_aws():
         ddb, sqs, sns = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("sns")
-        template = load_template(TEMPLATE_PATH)
+        template = load_template(template_path())
         create_table(ddb, template, "Table", MAIN)
         create_table(ddb, template, "AuditTable", AUDIT)
         topic_arn = sns.create_topic(Name="tally-alerts")["TopicArn"]

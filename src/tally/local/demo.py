@@ -42,21 +42,32 @@ class Fault:
     repair: str = "-"
 
 
+DEMO_PREFIX = "tally-demo"
+
+
 def run_demo(state_dir: Path, keep: bool = False) -> int:
+    """The demo on a stack of its own in ``state_dir`` (resources named tally-demo-*).
+
+    A stack the user started lives in another state directory and under other names, so
+    the demo never uses or stops it; a demo stack left running by ``keep`` is replaced.
+    """
     started = time.monotonic()
-    say("starting the local stack (DynamoDB Local, SNS and SQS on loopback)")
-    stack = local_stack.up(state_dir)
+    local_stack.down(state_dir)
+    say("starting the demo's local stack (DynamoDB Local, SNS and SQS on loopback)")
+    stack = local_stack.up(state_dir, prefix=DEMO_PREFIX)
     try:
         with environ(local_stack.env(stack)):
             return _demo(stack, state_dir, started)
     finally:
-        if not keep:
+        if keep:
+            say(f"the demo's stack keeps running: TALLY_STATE_DIR={state_dir} tally <command>")
+        else:
             local_stack.down(state_dir)
-            say("local stack stopped")
+            say("the demo's local stack stopped")
 
 
 def _demo(stack: LocalStack, state_dir: Path, started: float) -> int:
-    rules = load_rules()
+    rules = load_rules(local_stack.env(stack)["RULES_FILE"])
     ddb = stack.client("dynamodb")
     table = stack.names()["Table"]
     writer = TallyWriter(ddb, table, rules)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tally.local.template import TEMPLATE_PATH, resource
+from tally.local.template import resource, template_path
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -96,10 +96,16 @@ def environment(
     return values
 
 
+def bundled_rules(template: Mapping[str, Any]) -> Path:
+    """The rules file the template bundles with the reconciler: its RULES_FILE under CodeUri."""
+    spec = function(template, "ReconcilerFunction")
+    return code_root(template, spec.logical_id) / str(spec.environment["RULES_FILE"])
+
+
 def code_root(template: Mapping[str, Any], logical_id: str) -> Path:
     props = resource(template, logical_id, "AWS::Serverless::Function")["Properties"]
     code_uri: str = props.get("CodeUri") or template["Globals"]["Function"]["CodeUri"]
-    return (TEMPLATE_PATH.parent / code_uri).resolve()
+    return (template_path().parent / code_uri).resolve()
 
 
 @contextlib.contextmanager
@@ -113,12 +119,14 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
     caches = (settings, runtime.rules, runtime._clients, writer_api._writers)
 
     saved = {key: os.environ.get(key) for key in values}
-    saved_namespace = metrics.namespace
+    saved_metrics = metrics.namespace, metrics.service
     os.environ.update(values)
     for cache in caches:
         cache.cache_clear()
-    # Powertools reads its namespace when first imported; Lambda sets it before that.
+    # Powertools reads its namespace and service (a dimension of every metric) when first
+    # imported; Lambda sets them before that, local mode only now.
     metrics.namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or metrics.namespace
+    metrics.service = os.environ.get("POWERTOOLS_SERVICE_NAME") or metrics.service
     try:
         yield
     finally:
@@ -129,4 +137,4 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[key] = old
         for cache in caches:
             cache.cache_clear()
-        metrics.namespace = saved_namespace
+        metrics.namespace, metrics.service = saved_metrics

@@ -117,12 +117,6 @@ class Pump:
             self._deliver(shard_id, records, attempt=0)
             moved += len(records)
         moved += self._rechecks()
-        if moved:
-            r = self.report
-            self.say(
-                f"pump: {r.records} records in {r.batches} batches, {r.retries} retries, "
-                f"{r.rechecks} rechecks"
-            )
         return moved
 
     # --- the stream ---------------------------------------------------------------------

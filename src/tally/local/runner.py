@@ -13,7 +13,7 @@ from tally.local import stack as local_stack
 from tally.local.functions import environ, environment, function, parameter_defaults
 from tally.local.pump import Invoke, MappingSettings, Pump, Say
 from tally.local.stack import LocalStack
-from tally.local.template import TEMPLATE_PATH, load_template
+from tally.local.template import load_template, template_path
 from tally.streams import StreamReader, stream_arn
 
 CHECKPOINT_FILE = "stream-checkpoint.json"
@@ -37,7 +37,7 @@ def invoker(
     stack: LocalStack, logical_id: str, template: Mapping[str, Any] | None = None
 ) -> Invoke:
     """Call the handler the template names, with the template's environment, locally."""
-    template = template or load_template(TEMPLATE_PATH)
+    template = template or load_template(template_path())
     spec = function(template, logical_id)
     values = environment(template, logical_id, stack.names()) | local_stack.env(stack)
     handler = spec.load()
@@ -66,7 +66,7 @@ def _logs_to(out: TextIO) -> Iterator[None]:
 
 def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
     """A pump wired as template.yaml wires the stream and the recheck queue."""
-    template = load_template(TEMPLATE_PATH)
+    template = load_template(template_path())
     spec = function(template, "ReconcilerFunction")
     stream = next(e for e in spec.events.values() if e.get("Type") == "DynamoDB")
     settings = MappingSettings.from_event(stream["Properties"], parameter_defaults(template))

@@ -7,10 +7,10 @@ SQS) as background processes that outlive the command, holding template.yaml's r
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -26,22 +26,29 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.local import processes
 from tally.local.dynamodb_local import JAR_NAME, DynamoDBLocalUnavailable, tail
 from tally.local.dynamodb_local import command as dynamodb_command
-from tally.local.template import TEMPLATE_PATH, create_table, load_template, resource
+from tally.local.functions import bundled_rules, functions
+from tally.local.template import create_table, load_template, resource, template_path
 
-DEFAULT_STATE_DIR = Path(__file__).resolve().parents[3] / ".tally"
+STATE_DIR_NAME = ".tally"
 STATE_FILE = "local.json"
+# `tally local env --sam`, written by `up` where samconfig.toml's local_invoke expects it.
+SAM_ENV_FILE = "sam-env.json"
 DYNAMODB_LOG = "dynamodb-local.log"
 MOTO_LOG = "moto.log"
 
-TABLE = "tally-local-table"
-AUDIT_TABLE = "tally-local-audit"
-ALERT_TOPIC = "tally-local-alerts"
-ALERT_INBOX = "tally-local-alert-inbox"
-RECHECK_QUEUE = "tally-local-rechecks"
-RECHECK_DEAD_LETTER_QUEUE = "tally-local-rechecks-dead-letter"
-STREAM_FAILURE_QUEUE = "tally-local-stream-failures"
+# Resource names are "<prefix>-<suffix>": a second stack on a shared DYNAMODB_ENDPOINT
+# (the demo's) takes another prefix and never writes to the first one's tables.
+PREFIX = "tally-local"
+TABLE = "table"
+AUDIT_TABLE = "audit"
+ALERT_TOPIC = "alerts"
+ALERT_INBOX = "alert-inbox"
+RECHECK_QUEUE = "rechecks"
+RECHECK_DEAD_LETTER_QUEUE = "rechecks-dead-letter"
+STREAM_FAILURE_QUEUE = "stream-failures"
 
 REGION = "us-east-1"
 # Fixed dummy credentials, in clients and exports alike: no real key ever reaches a local
@@ -76,6 +83,11 @@ Service = Literal["dynamodb", "dynamodbstreams", "sns", "sqs"]
 
 class LocalStackError(RuntimeError):
     """The local stack cannot be started, read or stopped; the message says why."""
+
+
+def default_state_dir() -> Path:
+    """Where the project's local stack is recorded: .tally next to its template."""
+    return template_path().parent / STATE_DIR_NAME
 
 
 def _client(service: Service, endpoint: str, config: Config | None = None) -> Any:
@@ -143,7 +155,7 @@ class LocalStack:
         staging.replace(path)
 
 
-def load(state_dir: Path = DEFAULT_STATE_DIR) -> LocalStack | None:
+def load(state_dir: Path) -> LocalStack | None:
     """The stack recorded in the state directory, or None if there is none."""
     path = state_dir / STATE_FILE
     try:
@@ -175,6 +187,25 @@ def env(stack: LocalStack) -> dict[str, str]:
         "RECHECK_QUEUE_URL": stack.recheck_queue_url,
         "STREAM_FAILURE_QUEUE_URL": stack.stream_failure_queue_url,
         "ALERT_INBOX_URL": stack.alert_inbox_url,
+        # The rules the template bundles with the functions, for programs that load rules.
+        "RULES_FILE": str(bundled_rules(load_template(template_path()))),
+    }
+
+
+def sam_env(stack: LocalStack) -> dict[str, dict[str, str]]:
+    """`sam local invoke --env-vars`: each function's declared variables, pointed at the stack.
+
+    A container on the host network reaches the loopback endpoints; SAM ignores variables
+    a function does not declare, so only those are set.
+    """
+    values = env(stack) | {
+        "DYNAMODB_ENDPOINT": stack.dynamodb_endpoint,
+        "SNS_ENDPOINT": stack.moto_endpoint,
+        "SQS_ENDPOINT": stack.moto_endpoint,
+    }
+    return {
+        spec.logical_id: {name: values[name] for name in spec.environment if name in values}
+        for spec in functions(load_template(template_path()))
     }
 
 
@@ -184,8 +215,9 @@ def exports(stack: LocalStack) -> str:
 
 
 def up(
-    state_dir: Path = DEFAULT_STATE_DIR,
+    state_dir: Path,
     *,
+    prefix: str = PREFIX,
     dynamodb_port: int | None = None,
     moto_port: int | None = None,
     startup_timeout: float = 60.0,
@@ -198,9 +230,14 @@ def up(
     """
     existing = load(state_dir)
     if existing is not None:
-        if _answers(existing):
+        if answers(existing):
             return replace(existing, already_running=True)
         down(state_dir)  # stops whichever of its processes survived
+    if importlib.util.find_spec("moto") is None:
+        raise LocalStackError(
+            "local mode runs SNS and SQS on moto's server, which is not installed: "
+            "pip install 'tally-reconciler[local]'"
+        )
     # Only DYNAMODB_ENDPOINT: AWS_ENDPOINT_URL_DYNAMODB may be a stale `tally local env` export.
     external = os.environ.get("DYNAMODB_ENDPOINT")
     if external and dynamodb_port is not None:
@@ -245,8 +282,10 @@ def up(
         elif not _probe(list_tables):
             raise LocalStackError(f"DYNAMODB_ENDPOINT={external} does not answer")
 
+        _forget(state_dir)
         stack = _create_resources(
             state_dir,
+            prefix,
             dynamodb_endpoint=dynamodb_endpoint,
             dynamodb_pid=None if dynamodb_process is None else dynamodb_process.pid,
             dynamodb_port=dynamodb_port,
@@ -255,13 +294,14 @@ def up(
             moto_port=moto_port,
         )
         stack.save()
+        (state_dir / SAM_ENV_FILE).write_text(json.dumps(sam_env(stack), indent=2) + "\n")
     except BaseException:
         _stop(started, timeout=10.0)
         raise
     return stack
 
 
-def down(state_dir: Path = DEFAULT_STATE_DIR, timeout: float = 10.0) -> list[str]:
+def down(state_dir: Path, timeout: float = 10.0) -> list[str]:
     """Stop the processes `up` recorded and remove the state file; returns what it stopped.
 
     A recorded pid that no longer runs the program `up` started is left alone.
@@ -272,11 +312,21 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, timeout: float = 10.0) -> list[str
     ours = {
         pid: f"{name} (pid {pid}, port {port})"
         for name, pid, marker, port in _recorded(stack)
-        if _looks_like(pid, marker, port)
+        if processes.runs(pid, marker, str(port))
     }
     _stop(list(ours), timeout)
     (state_dir / STATE_FILE).unlink(missing_ok=True)
+    _forget(state_dir)
     return list(ours.values())
+
+
+def _forget(state_dir: Path) -> None:
+    """Remove what belonged to a stopped stack: its alerts never show in the next one."""
+    from tally.local.inbox import ALERTS_FILE
+    from tally.local.runner import CHECKPOINT_FILE
+
+    for name in (ALERTS_FILE, CHECKPOINT_FILE, SAM_ENV_FILE):
+        (state_dir / name).unlink(missing_ok=True)
 
 
 def _recorded(stack: LocalStack) -> list[tuple[str, int, str, int]]:
@@ -289,9 +339,9 @@ def _recorded(stack: LocalStack) -> list[tuple[str, int, str, int]]:
     return recorded
 
 
-def _answers(stack: LocalStack) -> bool:
+def answers(stack: LocalStack) -> bool:
     """Whether the recorded processes are still ours and every endpoint answers."""
-    if not all(_looks_like(pid, marker, port) for _, pid, marker, port in _recorded(stack)):
+    if not all(processes.runs(pid, m, str(port)) for _, pid, m, port in _recorded(stack)):
         return False
     ddb = _client("dynamodb", stack.dynamodb_endpoint, _PROBE)
     sqs = _client("sqs", stack.moto_endpoint, _PROBE)
@@ -361,6 +411,7 @@ def _wait_ready(
 
 def _create_resources(
     state_dir: Path,
+    prefix: str,
     *,
     dynamodb_endpoint: str,
     dynamodb_pid: int | None,
@@ -370,24 +421,29 @@ def _create_resources(
     moto_port: int,
 ) -> LocalStack:
     """Create the template's tables, topic and queues, and the alert inbox subscribed to it."""
-    template = load_template(TEMPLATE_PATH)
+    template = load_template(template_path())
+
+    def name(suffix: str) -> str:
+        return f"{prefix}-{suffix}"
+
     dynamodb = _client("dynamodb", dynamodb_endpoint)
-    table = _table(dynamodb, template, "Table", TABLE)
-    _table(dynamodb, template, "AuditTable", AUDIT_TABLE)
+    table = _table(dynamodb, template, "Table", name(TABLE))
+    _table(dynamodb, template, "AuditTable", name(AUDIT_TABLE))
 
     sns = _client("sns", moto_endpoint)
     sqs = _client("sqs", moto_endpoint)
     topic_properties = resource(template, "AlertTopic", "AWS::SNS::Topic").get("Properties", {})
     topic_arn: str = sns.create_topic(
-        Name=ALERT_TOPIC, Attributes=_attributes("AlertTopic", topic_properties, _TOPIC_ATTRIBUTES)
+        Name=name(ALERT_TOPIC),
+        Attributes=_attributes("AlertTopic", topic_properties, _TOPIC_ATTRIBUTES),
     )["TopicArn"]
     arns: dict[str, str] = {}
     dead_letter_url = _queue(
-        sqs, template, "RecheckDeadLetterQueue", RECHECK_DEAD_LETTER_QUEUE, arns
+        sqs, template, "RecheckDeadLetterQueue", name(RECHECK_DEAD_LETTER_QUEUE), arns
     )
-    recheck_url = _queue(sqs, template, "RecheckQueue", RECHECK_QUEUE, arns)
-    failure_url = _queue(sqs, template, "StreamFailureQueue", STREAM_FAILURE_QUEUE, arns)
-    inbox_url: str = sqs.create_queue(QueueName=ALERT_INBOX)["QueueUrl"]
+    recheck_url = _queue(sqs, template, "RecheckQueue", name(RECHECK_QUEUE), arns)
+    failure_url = _queue(sqs, template, "StreamFailureQueue", name(STREAM_FAILURE_QUEUE), arns)
+    inbox_url: str = sqs.create_queue(QueueName=name(ALERT_INBOX))["QueueUrl"]
     subscription_arn: str = sns.subscribe(
         TopicArn=topic_arn,
         Protocol="sqs",
@@ -396,9 +452,9 @@ def _create_resources(
     )["SubscriptionArn"]
     return LocalStack(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        table_name=TABLE,
+        table_name=name(TABLE),
         table_stream_arn=table["LatestStreamArn"],
-        audit_table_name=AUDIT_TABLE,
+        audit_table_name=name(AUDIT_TABLE),
         alert_topic_arn=topic_arn,
         alert_inbox_url=inbox_url,
         alert_subscription_arn=subscription_arn,
@@ -471,47 +527,7 @@ def _attributes(
     }
 
 
-def _looks_like(pid: int, marker: str, port: int) -> bool:
-    """Whether ``pid`` still runs the program `up` started: its marker and port as arguments."""
-    try:
-        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return marker.encode() in arguments and str(port).encode() in arguments
-
-
-def _gone(pid: int) -> bool:
-    # Reap it if it is our own child (`up` and `down` in one process, as in the tests).
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    state, parent = stat.rpartition(")")[2].split()[:2]
-    # An exited process whose parent is not us (maybe a PID 1 that never reaps) stays a
-    # zombie that only its parent can remove; our own is reaped by the next call.
-    return state == "Z" and int(parent) != os.getpid()
-
-
-def _wait_gone(pids: list[int], timeout: float) -> list[int]:
-    """Wait up to ``timeout`` for the processes to exit; returns those still running."""
-    deadline = time.monotonic() + timeout
-    running = [pid for pid in pids if not _gone(pid)]
-    while running and time.monotonic() < deadline:
-        time.sleep(0.05)
-        running = [pid for pid in running if not _gone(pid)]
-    return running
-
-
 def _stop(pids: list[int], timeout: float) -> None:
-    """Terminate the processes, kill those that outlive ``timeout``, and wait for them."""
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        pids = _wait_gone(pids, wait)
-        if not pids:
-            return
-    raise LocalStackError(f"processes {pids} did not exit after SIGKILL")
+    survivors = processes.stop(pids, timeout)
+    if survivors:
+        raise LocalStackError(f"processes {survivors} did not exit after SIGKILL")

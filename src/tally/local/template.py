@@ -9,9 +9,7 @@ from typing import Any
 
 import yaml
 
-TEMPLATE_PATH = Path(
-    os.environ.get("TALLY_TEMPLATE", Path(__file__).resolve().parents[3] / "template.yaml")
-)
+TEMPLATE_FILE = "template.yaml"
 
 _TAGS = (
     "Ref",
@@ -32,6 +30,30 @@ _TAGS = (
     "Cidr",
     "GetAZs",
 )
+
+
+class TemplateNotFoundError(FileNotFoundError):
+    """No template where the project should be; the message says where tally looked."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def template_path() -> Path:
+    """The project's template: ``$TALLY_TEMPLATE``, else template.yaml in the working directory.
+
+    Never one next to the installed package: an installed tally serves the project it runs in.
+    """
+    configured = os.environ.get("TALLY_TEMPLATE")
+    path = Path(configured or TEMPLATE_FILE).absolute()
+    if configured and not path.is_file():
+        raise TemplateNotFoundError(f"TALLY_TEMPLATE={configured}: no such file")
+    if not path.is_file():
+        raise TemplateNotFoundError(
+            f"no {TEMPLATE_FILE} in {path.parent}: run tally in the project's directory "
+            "(where template.yaml is) or pass --template PATH"
+        )
+    return path
 
 
 class TemplateResourceError(KeyError):

@@ -1,0 +1,198 @@
+"""What the ``tally`` command shows: errors as one-line messages with exit codes, progress
+bars and live status on a terminal only, and tables.
+
+Exit codes: 0 clean, 1 findings or a failure (nothing to reach, nothing configured, a
+broken rules file), 2 a usage mistake (the command line names something wrong).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+)
+from rich import box
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from tally.local.dynamodb_local import DynamoDBLocalUnavailable
+from tally.local.stack import LocalStackError
+from tally.local.template import TemplateNotFoundError
+from tally.reconciler.findings import Finding
+from tally.rules import RulesFileError
+from tally.settings import SettingsError
+
+OK, FAILED, USAGE = 0, 1, 2
+
+# Piped output is not wrapped at 80 columns: a table row stays one line for grep and diff.
+_PIPED_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240
+out = Console(highlight=False, width=_PIPED_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class UsageError(Exception):
+    """The command line names something wrong; the message says what and what is allowed."""
+
+
+class Failure(Exception):
+    """The command cannot do its job; the message says why and what to do."""
+
+
+def _no_target(error: Exception) -> str:
+    return (
+        f"{error}: say what to work on: start the local stack (`tally local up`), "
+        "pass --stack NAME, or export the variables `tally local env` prints"
+    )
+
+
+def _client_error(error: ClientError) -> str:
+    details = error.response.get("Error", {})
+    return f"{error.operation_name}: {details.get('Code')}: {details.get('Message')}"
+
+
+def _unreachable(error: Exception) -> str:
+    endpoint = getattr(error, "kwargs", {}).get("endpoint_url", "the endpoint")
+    return f"cannot reach {endpoint} ({error}); is it running? (`tally local up` for local mode)"
+
+
+# First match wins: subclasses before their bases.
+_ERRORS: list[tuple[tuple[type[BaseException], ...], int, Callable[[Any], str]]] = [
+    ((UsageError, TemplateNotFoundError), USAGE, str),
+    ((Failure, RulesFileError, LocalStackError, DynamoDBLocalUnavailable), FAILED, str),
+    ((SettingsError,), FAILED, _no_target),
+    (
+        (NoRegionError,),
+        FAILED,
+        lambda _: "no AWS region: set AWS_DEFAULT_REGION or a region in your AWS profile",
+    ),
+    (
+        (NoCredentialsError, PartialCredentialsError),
+        FAILED,
+        lambda _: (
+            "no AWS credentials: configure a profile (aws configure, AWS_PROFILE) or, "
+            'for the local stack, eval "$(tally local env)"'
+        ),
+    ),
+    ((EndpointConnectionError, ConnectTimeoutError), FAILED, _unreachable),
+    ((ClientError,), FAILED, _client_error),
+    ((BotoCoreError,), FAILED, str),
+]
+
+
+def run(command: Callable[[], int]) -> int:
+    """Run a command; a known error becomes ``tally: <message>`` and its exit code."""
+    try:
+        return command()
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        for kinds, code, message in _ERRORS:
+            if isinstance(error, kinds):
+                print(f"tally: {message(error)}", file=sys.stderr)
+                return code
+        raise
+
+
+def note(line: str) -> None:
+    """A line for the operator, on stderr (above a live display, if one is drawn)."""
+    err.print(line, markup=False)
+
+
+@contextmanager
+def progress(what: str, total: int | None, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+    """A progress bar towards ``total`` (an estimate may be passed), drawn on a terminal only."""
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not (enabled and err.is_terminal),
+    )
+    with bar:
+        task = bar.add_task(what, total=total)
+
+        def advance(amount: int) -> None:
+            bar.advance(task, amount)
+            # Item counts are estimates (DynamoDB refreshes them about every six hours).
+            done = bar.tasks[task].completed
+            if total is not None and done > (bar.tasks[task].total or 0):
+                bar.update(task, total=done)
+
+        yield advance
+
+
+def live(render: Callable[[], RenderableType]) -> Any:
+    """A status redrawn in place while the block runs, on a terminal only."""
+    if not err.is_terminal:
+        return nullcontext()
+    return Live(get_renderable=render, console=err, transient=True, refresh_per_second=4)
+
+
+def print_audit(
+    report: dict[str, Any], findings: list[Finding], repair: bool, alerted: bool
+) -> None:
+    per_rule = Table("rule", box=box.SIMPLE)
+    for column in ("checked", "drift", "gaps", "other", "repaired"):
+        per_rule.add_column(column, justify="right")
+    for name in report["rules"]:
+        mine = [f for f in findings if f.rule == name]
+        kinds = [f.kind for f in mine]
+        repaired = sum(1 for f in mine if f.repair and f.repair.status == "applied")
+        other = len(kinds) - kinds.count("drift") - kinds.count("gap")
+        row = [report["parents_checked"].get(name, 0), kinds.count("drift"), kinds.count("gap")]
+        per_rule.add_row(*(Text(str(cell)) for cell in [name, *row, other, repaired]))
+    out.print(per_rule)
+    if findings:
+        found = Table("kind", "rule", "parent", "stored", "actual", "repair", box=box.SIMPLE)
+        for f in findings:
+            where = pattern(f.key) + (f" #{f.number}" if f.number is not None else "")
+            cells = [f.kind, f.rule, where, _plain(f.stored), _plain(f.actual), _done(f)]
+            found.add_row(*map(Text, cells))  # key values are data, never markup
+        out.print(found)
+    summary = (
+        f"{report['items_scanned']} items scanned, {report['recounted']} parents recounted, "
+        f"{report['sequences_checked']} sequences checked, {len(findings)} findings, "
+        f"{report['seconds']} s" + ("" if findings else ": clean")
+    )
+    out.print(summary, markup=False)
+    if findings and not repair:
+        published = "alerts published" if alerted else "no alert published (--alert publishes)"
+        out.print(f"dry run: nothing written, {published}; --repair repairs", markup=False)
+
+
+def _done(finding: Finding) -> str:
+    """What the audit did, or would do, about a finding."""
+    repair = finding.repair
+    if repair is None:
+        return "nothing"
+    if repair.status in ("applied", "dry_run"):
+        verb = "set" if repair.status == "applied" else "would set"
+        if repair.after == "VOID":
+            return f"{verb} number {finding.number} VOID"
+        return f"{verb} {finding.attribute} {_plain(repair.before)} -> {_plain(repair.after)}"
+    return f"{repair.status}: {repair.reason}"
+
+
+def _plain(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def pattern(key: Mapping[str, Any]) -> str:
+    """A key or key pattern as the command line writes it: PK=POST#a91f,SK=META."""
+    return ",".join(f"{k}={v}" for k, v in key.items())
