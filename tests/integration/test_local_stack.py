@@ -254,14 +254,18 @@ def test_up_without_moto_names_the_extra_and_starts_nothing(
 
 
 def test_the_demo_never_uses_or_stops_the_users_stack(
-    local: LocalStack, monkeypatch: pytest.MonkeyPatch
+    local: LocalStack, dynamodb_endpoint: str, dynamodb: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`tally demo` next to a running stack: its own stack, state and names; the user's stays."""
+    """`tally demo` next to a running stack: its own stack, state and names; the user's stays.
+
+    The demo's stack uses the test run's DynamoDB (no second JVM), as a user's
+    DYNAMODB_ENDPOINT would make both stacks share one.
+    """
     from tally import cli
     from tally.local import demo
 
     monkeypatch.setenv("TALLY_STATE_DIR", str(local.state_dir))
-    monkeypatch.delenv("DYNAMODB_ENDPOINT", raising=False)
+    monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
     seen: list[LocalStack] = []
 
     def story(stack: LocalStack, state_dir: Path, started: float) -> int:
@@ -276,3 +280,5 @@ def test_the_demo_never_uses_or_stops_the_users_stack(
     assert ran.table_name.startswith("tally-demo-")
     assert load(ran.state_dir) is None  # the demo stopped its own stack
     assert load(local.state_dir) == local and local_stack.answers(local)
+    for name in (ran.table_name, ran.audit_table_name):
+        dynamodb.delete_table(TableName=name)
