@@ -23,6 +23,8 @@ class Settings(BaseModel):
     repairs_enabled: bool = Field(default=True, alias="REPAIRS_ENABLED")
     dry_run: bool = Field(default=False, alias="DRY_RUN")
     repair_budget: int = Field(default=25, ge=0, alias="REPAIR_BUDGET")
+    # A finding left standing (alert-only rules) is alerted once; 0 never reminds.
+    alert_reminder_hours: int = Field(default=0, ge=0, alias="ALERT_REMINDER_HOURS")
 
     def require(self, name: str) -> str:
         """A setting the calling function cannot work without; names the variable if unset."""

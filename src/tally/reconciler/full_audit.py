@@ -69,28 +69,34 @@ def full_audit(
     segments: int = 4,
     defer_sequences: bool = False,
     progress: Progress | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> AuditReport:
     """Audit all rules, one rule, or one parent; findings go the stream path's way.
 
-    ``defer_sequences`` sends sequences to the recheck queue (their grace period then
-    protects numbers handed out moments ago); otherwise they are checked inline.
+    A sequence is judged only up to its counter as the audit saw it, and only once that
+    is a grace period old, so a number handed out meanwhile is never voided under its
+    writer. ``defer_sequences`` sends them to the recheck queue with that horizon;
+    otherwise the audit waits out the longest grace period once and checks them inline.
     """
     started = time.monotonic()
     rules = [reconciler.rules[rule]] if rule else list(reconciler.rules)
     rules = [r for r in rules if r.repair != "off"]
     report = AuditReport([r.name for r in rules])
     before = Counter(reconciler.stats.findings), Counter(reconciler.stats.repairs)
+    sequences: list[Recheck] = []
     if parent is not None:
         for target in rules:
             report.parents[target.name] += 1
-            _check(reconciler, target, dict(parent), defer_sequences, report, None)
+            _check(reconciler, target, dict(parent), sequences, report, None)
     else:
         seen = _scan(reconciler, rules, segments, report, progress)
         for (name, _), (key, state) in seen.items():
             target = reconciler.rules[name]
             report.parents[name] += 1
             if isinstance(target, SequenceRule) or _disagrees(target, state):
-                _check(reconciler, target, key, defer_sequences, report, state.counter)
+                _check(reconciler, target, key, sequences, report, state.counter)
+    _judge_sequences(reconciler, sequences, defer_sequences, sleep)
+    reconciler.flush_alerts()
     report.findings = reconciler.stats.findings - before[0]
     report.repairs = reconciler.stats.repairs - before[1]
     report.seconds = time.monotonic() - started
@@ -101,25 +107,46 @@ def _check(
     reconciler: Reconciler,
     target: CountRule | SumRule | SequenceRule,
     key: Key,
-    defer: bool,
+    sequences: list[Recheck],
     report: AuditReport,
     scanned: Any,
 ) -> None:
     if isinstance(target, SequenceRule):
         report.sequences += 1
-        if not defer:
-            # Inline, the recheck reads the counter itself and judges up to it.
-            reconciler.recheck(Recheck(target.name, key, 0, "full audit"))
-            return
-        # Deferred, the horizon is the counter as the audit saw it: later numbers are newer.
+        # The horizon is the counter as the audit saw it: later numbers are newer.
         counter = (
             scanned if scanned is not None else reconciler.table.read_parent(target, key).counter
         )
         horizon = int(counter) if isinstance(counter, Decimal) and counter >= 0 else 0
-        reconciler.schedule_recheck(target, key, horizon, "full audit")
+        sequences.append(Recheck(target.name, key, horizon, "full audit"))
         return
     report.candidates += 1
     reconciler.verify_parent(target, key, None)
+
+
+def _judge_sequences(
+    reconciler: Reconciler,
+    sequences: list[Recheck],
+    defer: bool,
+    sleep: Callable[[float], None],
+) -> None:
+    """Recheck each sequence once its horizon is a grace period old."""
+    if defer:
+        for recheck in sequences:
+            target = reconciler.rules[recheck.rule]
+            reconciler.schedule_recheck(target, recheck.key, recheck.counter_seen, recheck.reason)
+        return
+    # Every horizon was read by now: one wait makes each a grace period old.
+    grace = max((_grace(reconciler, r) for r in sequences), default=0)
+    if grace > 0:
+        sleep(grace)
+    for recheck in sequences:
+        reconciler.recheck(recheck)
+
+
+def _grace(reconciler: Reconciler, recheck: Recheck) -> int:
+    target = reconciler.rules[recheck.rule]
+    return target.grace_seconds if isinstance(target, SequenceRule) else 0
 
 
 def _disagrees(rule: CountRule | SumRule | SequenceRule, seen: _Seen) -> bool:

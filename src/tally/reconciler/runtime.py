@@ -6,8 +6,9 @@ from functools import lru_cache
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from botocore.config import Config
 
-from tally.aws import client
+from tally.aws import RETRY_CONFIG, client
 from tally.observability import metrics
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
@@ -25,9 +26,14 @@ def rules() -> RuleSet:
     return load_rules(settings().rules_file)
 
 
+# The outbox retries a failed publish; an SDK retry of a publish whose response was lost
+# would only fan out into copies of the same alert.
+_NO_RETRY = RETRY_CONFIG.merge(Config(retries={"mode": "standard", "max_attempts": 1}))
+
+
 @lru_cache(maxsize=1)
 def _clients() -> tuple[Any, Any, Any]:
-    return client("dynamodb"), client("sns"), client("sqs")
+    return client("dynamodb"), client("sns", config=_NO_RETRY), client("sqs")
 
 
 def reconciler() -> Reconciler:
@@ -42,6 +48,7 @@ def reconciler() -> Reconciler:
         AlertPublisher(sns, env.require("alert_topic_arn"), store),
         RecheckQueue(sqs, env.require("recheck_queue_url")),
         RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
+        remind_seconds=env.alert_reminder_hours * 3600,
     )
 
 
