@@ -175,8 +175,12 @@ def test_a_forged_marker_on_a_child_insert_does_not_hide_it(stack: Stack) -> Non
 
 def test_the_reconcilers_own_repair_raises_nothing_further(stack: Stack) -> None:
     stack.put({**POST, "likeTally": 5})
-    stack.settle()
+    stack.pump()
     assert summary(stack.alerts()) == [("drift", None, "applied")]
+    [repair_record] = stack.records()
+    checker = runtime.reconciler()
+    assert checker.verify_batch([repair_record]) == []
+    assert (checker.stats.own_writes, checker.table.reads.recounts) == (1, 0)
     stack.settle()
     assert stack.alerts() == []
     assert len(stack.audit.findings()) == 1

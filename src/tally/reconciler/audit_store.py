@@ -121,9 +121,10 @@ class AuditStore:
             self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
-                UpdateExpression="SET seenSequence = :seq",
-                ConditionExpression="target = :target AND "
-                "(attribute_not_exists(seenSequence) OR seenSequence = :seq)",
+                UpdateExpression="SET #seen = :seq",
+                ConditionExpression="#target = :target AND "
+                "(attribute_not_exists(#seen) OR #seen = :seq)",
+                ExpressionAttributeNames={"#target": "target", "#seen": "seenSequence"},
                 ExpressionAttributeValues=serialize(
                     {":target": _key_json(key), ":seq": sequence_number}
                 ),
