@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -14,50 +12,13 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 import tally.settings
 from tally.handlers import writer_api
 from tally.observability import metrics
-from tests.utils import lambda_context
+from tests.harness.http import invoke
 
 _ser, _de = TypeSerializer(), TypeDeserializer()
 POST = {"PK": "POST#a91f", "SK": "META"}
 LIKE = {"PK": "POST#a91f", "SK": "LIKE#USER#7c20"}
 ORDER = {"PK": "ORDER#17", "SK": "META"}
 LINE = {"PK": "ORDER#17", "SK": "LINE#3"}
-
-
-def http_event(
-    method: str, path: str, body: Any, headers: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload v2) event; a str body is sent as is, else as JSON."""
-    request_id = str(uuid.uuid4())
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": "",
-        # API Gateway lowercases header names in payload v2.
-        "headers": {
-            "content-type": "application/json",
-            **{name.lower(): value for name, value in (headers or {}).items()},
-        },
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "api",
-            "domainName": "api.example.com",
-            "http": {
-                "method": method,
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": "pytest",
-            },
-            "requestId": request_id,
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "01/Jan/2025:00:00:00 +0000",
-            "timeEpoch": 1735689600000,
-        },
-        "body": body if isinstance(body, str) else json.dumps(body),
-        "isBase64Encoded": False,
-    }
 
 
 @pytest.fixture
@@ -72,12 +33,6 @@ def call(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table_name: st
     monkeypatch.setattr(metrics, "namespace", "TallyTest")
     tally.settings.settings.cache_clear()
     writer_api._writers.cache_clear()
-
-    def invoke(
-        method: str, path: str, body: Any, headers: dict[str, str] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        response = writer_api.handler(http_event(method, path, body, headers), lambda_context())
-        return response["statusCode"], json.loads(response["body"])
 
     yield invoke
     tally.settings.settings.cache_clear()
@@ -151,30 +106,36 @@ def test_add_child_of_a_missing_parent_writes_nothing(call, dynamodb, table_name
     assert get(dynamodb, table_name, POST) is None
 
 
-def test_body_that_is_not_json_is_a_bad_request(call, post) -> None:
-    status, body = call("POST", "/children", "{not json")
-    assert status == 400
-    assert "not JSON" in body["error"]
+def refused(response: tuple[int, dict[str, Any]], *loc: Any) -> dict[str, Any]:
+    """The 422's first error, after checking it names ``loc`` (the field)."""
+    status, body = response
+    assert status == 422, body
+    error: dict[str, Any] = body["detail"][0]
+    assert error["loc"] == list(loc), error
+    return error
 
 
-def test_missing_key_is_a_bad_request_naming_key(call, post) -> None:
-    status, body = call("POST", "/children", {"attributes": {}})
-    assert status == 400
-    assert "'key'" in body["error"]
+def test_body_that_is_not_json_is_unprocessable(call, post) -> None:
+    error = refused(call("POST", "/children", "{not json"), "body", 1)
+    assert error["type"] == "json_invalid"
 
 
-def test_unknown_field_is_a_bad_request_naming_it(call, post, dynamodb, table_name) -> None:
-    status, body = call("POST", "/children", {"key": LIKE, "colour": "red"})
-    assert status == 400
-    assert "'colour'" in body["error"]
+def test_missing_key_is_unprocessable_naming_key(call, post) -> None:
+    assert refused(call("POST", "/children", {"attributes": {}}), "body", "key")["type"] == (
+        "missing"
+    )
+
+
+def test_unknown_field_is_unprocessable_naming_it(call, post, dynamodb, table_name) -> None:
+    error = refused(call("POST", "/children", {"key": LIKE, "colour": "red"}), "body", "colour")
+    assert error["type"] == "extra_forbidden"
     assert get(dynamodb, table_name, LIKE) is None
 
 
-def test_key_matching_no_rule_is_a_bad_request(call, post, dynamodb, table_name) -> None:
+def test_key_matching_no_rule_is_unprocessable(call, post, dynamodb, table_name) -> None:
     stray = {"PK": "POST#a91f", "SK": "COMMENT#1"}
-    status, body = call("POST", "/children", {"key": stray})
-    assert status == 400
-    assert "COMMENT#1" in body["error"]
+    error = refused(call("POST", "/children", {"key": stray}), "body", "key")
+    assert "COMMENT#1" in error["msg"]
     assert get(dynamodb, table_name, stray) is None
     assert like_tally(dynamodb, table_name) == 0
 
@@ -234,11 +195,10 @@ def test_float_looking_json_number_stays_exact(call, order, dynamodb, table_name
     assert (get(dynamodb, table_name, ORDER) or {})["total"] == Decimal("0.1")
 
 
-def test_patch_on_a_count_child_is_a_bad_request(call, post, dynamodb, table_name) -> None:
+def test_patch_on_a_count_child_is_unprocessable(call, post, dynamodb, table_name) -> None:
     call("POST", "/children", {"key": LIKE})
-    status, body = call("PATCH", "/children", {"key": LIKE, "amount": 3})
-    assert status == 400
-    assert "'likes'" in body["error"]
+    error = refused(call("PATCH", "/children", {"key": LIKE, "amount": 3}), "body", "amount")
+    assert "'likes'" in error["msg"]
     assert like_tally(dynamodb, table_name) == 1
 
 
@@ -266,11 +226,11 @@ def test_block_allocation_continues_the_sequence(call, dynamodb, table_name) -> 
     assert (get(dynamodb, table_name, PROJECT) or {})["lastIssue"] == 5
 
 
-def test_block_of_100_is_a_bad_request_naming_count(call, dynamodb, table_name) -> None:
-    request = {"counter": PROJECT, "strategy": "block", "count": 100}
-    status, body = call("POST", "/allocations", request)
-    assert status == 400
-    assert "'count'" in body["error"]
+def test_block_of_99_is_unprocessable_naming_count(call, dynamodb, table_name) -> None:
+    request = {"counter": PROJECT, "strategy": "block", "count": 99}
+    assert refused(call("POST", "/allocations", request), "body", "count")["type"] == (
+        "less_than_equal"
+    )
     assert get(dynamodb, table_name, PROJECT) is None
 
 
