@@ -245,3 +245,227 @@ def test_natural_key_member_twice_keeps_its_number(call, dynamodb, table_name) -
     assert second[1]["outcome"] == "already_present"
     assert second[1]["numbers"] == first[1]["numbers"]
     assert (get(dynamodb, table_name, {"PK": "UserMetadata", "SK": "META"}) or {})["LastID"] == 1
+
+
+# --- client mistakes: a 4xx naming the field, nothing written -----------------------------
+
+LIKE_1 = {"PK": "POST#a91f", "SK": "LIKE#1"}
+NESTED_40 = "[" * 40 + "]" * 40
+MISTAKES: dict[str, tuple[str, str, Any, tuple[Any, ...]]] = {
+    "amount 1e400": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "ORDER#17", "SK": "LINE#1"}, "attributes": {"amount": 1e400}}',
+        ("body", "attributes", "amount"),
+    ),
+    "amount of 39 digits": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "ORDER#17", "SK": "LINE#1"}, "attributes": {"amount": ' + "1" * 39 + "}}",
+        ("body", "attributes", "amount"),
+    ),
+    "an integer of 5,000 digits": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"n": ' + "7" * 5000 + "}}",
+        ("body", "attributes", "n"),
+    ),
+    "NaN": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"x": NaN}}',
+        ("body", "attributes", "x"),
+    ),
+    "Infinity in an amount": (
+        "PATCH",
+        "/children",
+        '{"key": {"PK": "ORDER#17", "SK": "LINE#3"}, "amount": -Infinity}',
+        ("body", "amount"),
+    ),
+    "an amount that is a string": (
+        "PATCH",
+        "/children",
+        {"key": LINE, "amount": "12.5"},
+        ("body", "amount"),
+    ),
+    "a partition key over 2048 bytes": (
+        "POST",
+        "/children",
+        {"key": {"PK": "POST#" + "a" * 3000, "SK": "LIKE#1"}},
+        ("body", "key", "PK"),
+    ),
+    "a sort key over 1024 bytes": (
+        "DELETE",
+        "/children",
+        {"key": {"PK": "POST#a91f", "SK": "LIKE#" + "a" * 1100}},
+        ("body", "key", "SK"),
+    ),
+    "a key value that is a number": (
+        "POST",
+        "/children",
+        {"key": {"PK": "POST#a91f", "SK": Decimal(1)}},
+        ("body", "key", "SK"),
+    ),
+    "a lone surrogate": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#\\ud800"}}',
+        ("body", "key", "SK"),
+    ),
+    "an empty attribute name": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"": 1}},
+        ("body", "attributes", ""),
+    ),
+    "a huge attribute name": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"n" * 70_000: 1}},
+        ("body", "attributes", "n" * 70_000),
+    ),
+    "an item over 400 KB": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"x": "y" * 410_000}},
+        ("body", "attributes"),
+    ),
+    "nesting over 32 levels": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"x": ' + NESTED_40 + "}}",
+        ("body", "attributes", "x", *[0] * 31),
+    ),
+    "JSON nested 100,000 deep": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"x": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}}",
+        ("body", 0),
+    ),
+    "the counter": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"likeTally": 1}},
+        ("body", "attributes", "likeTally"),
+    ),
+    "the repair marker": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"tallyRepair": "x"}},
+        ("body", "attributes", "tallyRepair"),
+    ),
+    "the TTL attribute": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"expiresAt": 1_900_000_000}},
+        ("body", "attributes", "expiresAt"),
+    ),
+    "a sequence attribute on a member": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "attributes": {"seqName": "user-numbers"}},
+        ("body", "attributes", "seqName"),
+    ),
+    "an atomic member over 400 KB": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "strategy": "atomic", "attributes": {"x": "y" * 410_000}},
+        ("body", "attributes"),
+    ),
+    "a count that is not a number": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "strategy": "block", "count": "5"},
+        ("body", "count"),
+    ),
+    "a count of 2.5": (
+        "POST",
+        "/allocations",
+        '{"counter": {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}, "strategy": "block", '
+        '"count": 2.5}',
+        ("body", "count"),
+    ),
+    "an unknown strategy": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "strategy": "fast"},
+        ("body", "strategy"),
+    ),
+    "a body that is a list": ("POST", "/children", [1, 2], ("body", "key")),
+}
+
+
+@pytest.mark.parametrize("case", MISTAKES)
+def test_a_client_mistake_is_a_422_naming_the_field_and_writes_nothing(
+    case, call, post, order, dynamodb, table_name
+) -> None:
+    method, path, body, loc = MISTAKES[case]
+    before = dynamodb.scan(TableName=table_name, ConsistentRead=True)["Items"]
+    error = refused(call(method, path, body), *loc)
+    assert error["msg"]
+    assert dynamodb.scan(TableName=table_name, ConsistentRead=True)["Items"] == before
+
+
+def test_an_idempotency_key_over_255_characters_is_refused(call, post, dynamodb, table_name):
+    response = call("POST", "/children", {"key": LIKE}, {"Idempotency-Key": "k" * 256})
+    refused(response, "header", "idempotency-key")
+    assert get(dynamodb, table_name, LIKE) is None
+
+
+def test_a_form_body_is_refused_not_crashed(call, post) -> None:
+    event_headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    status, _ = call("POST", "/children", "key=1", event_headers)
+    assert status == 422
+
+
+# --- idempotency keys ---------------------------------------------------------------------
+
+
+def test_same_key_other_body_is_a_422_on_the_header(call, order, dynamodb, table_name) -> None:
+    headers = {"Idempotency-Key": "line-3"}
+    assert call("POST", "/children", line_json("LINE#3", "5"), headers)[0] == 201
+    error = refused(
+        call("POST", "/children", line_json("LINE#3", "6"), headers), "header", "idempotency-key"
+    )
+    assert error["type"] == "idempotency_key_reused"
+    assert (get(dynamodb, table_name, ORDER) or {})["total"] == 5
+
+
+def test_add_remove_add_under_one_key_is_a_409_not_a_claim(call, post, dynamodb, table_name):
+    headers = {"Idempotency-Key": "like-7c20"}
+    assert call("POST", "/children", {"key": LIKE}, headers)[0] == 201
+    assert call("DELETE", "/children", {"key": LIKE})[0] == 200
+    status, body = call("POST", "/children", {"key": LIKE}, headers)
+    assert (status, body["conflict"]) == (409, "superseded")
+    assert get(dynamodb, table_name, LIKE) is None
+    assert like_tally(dynamodb, table_name) == 0
+
+
+def test_a_keyed_allocation_repeated_returns_its_number(call, dynamodb, table_name) -> None:
+    headers = {"Idempotency-Key": "issue-for-ticket-88"}
+    first = call("POST", "/allocations", {"counter": PROJECT, "strategy": "atomic"}, headers)
+    again = call("POST", "/allocations", {"counter": PROJECT, "strategy": "atomic"}, headers)
+    assert (first[0], first[1]["numbers"], first[1]["replayed"]) == (201, [1], False)
+    assert (again[0], again[1]["numbers"], again[1]["replayed"]) == (201, [1], True)
+    assert (get(dynamodb, table_name, PROJECT) or {})["lastIssue"] == 1
+
+
+# --- the OpenAPI document -----------------------------------------------------------------
+
+
+def test_the_openapi_document_describes_every_route_and_body(call) -> None:
+    status, document = call("GET", "/openapi.json", "")
+    assert status == 200
+    paths = document["paths"]
+    assert set(paths["/children"]) == {"post", "delete", "patch"}
+    assert set(paths["/allocations"]) == {"post"}
+    parameters = paths["/children"]["post"]["parameters"]
+    assert {(p["name"], p["in"]) for p in parameters} == {("idempotency-key", "header")}
+    schemas = document["components"]["schemas"]
+    assert {"AddChild", "ChildKey", "ChangeAmount", "Allocate"} <= set(schemas)
+    assert schemas["Allocate"]["properties"]["count"]["maximum"] == 98
+    assert {"201", "409", "422"} <= set(paths["/allocations"]["post"]["responses"])
+    assert schemas["ChangeAmount"]["properties"]["amount"]["type"] == "number"

@@ -22,9 +22,10 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Header
+from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from tally.aws import dynamodb_client
 from tally.observability import logger, metrics, tracer
@@ -62,8 +63,9 @@ def _json_number(value: Any) -> Any:
     return value
 
 
-Number = Annotated[Decimal, BeforeValidator(_json_number)]
-Count = Annotated[int, BeforeValidator(_json_number), Field(ge=1, le=MAX_BLOCK)]
+# JSON numbers only: no strings, no booleans, though pydantic's lax mode would take them.
+Number = Annotated[Decimal, BeforeValidator(_json_number), WithJsonSchema({"type": "number"})]
+Count = Annotated[int, Field(ge=1, le=MAX_BLOCK), BeforeValidator(_json_number)]
 IdempotencyKey = Annotated[
     str | None,
     Header(
@@ -132,21 +134,35 @@ def _outcome(outcome: str, replayed: bool, **extra: Any) -> Response[str]:
     return _json(_STATUS[outcome], {"outcome": outcome, "replayed": replayed, **extra})
 
 
-@app.post("/children")
+_REFUSED: OpenAPIResponse = {"description": "Refused; `detail` names each field and why."}
+_CHILD_RESPONSES: dict[int, OpenAPIResponse] = {
+    404: {"description": "The parent does not exist, or (remove, change) the child does not."},
+    409: {"description": "Already present, an invalid counter, or a superseded key."},
+    422: _REFUSED,
+}
+
+
+@app.post(
+    "/children",
+    summary="Add a child and count it",
+    responses={201: {"description": "Created (or replayed)."}, **_CHILD_RESPONSES},
+)
 @tracer.capture_method
 def add_child(body: AddChild, idempotency_key: IdempotencyKey = None) -> Response[str]:
     result = _writers()[0].add_child(body.key, body.attributes, idempotency_key=idempotency_key)
     return _outcome(result.outcome, result.replayed)
 
 
-@app.delete("/children")
+@app.delete("/children", summary="Remove a child and uncount it", responses=_CHILD_RESPONSES)
 @tracer.capture_method
 def remove_child(body: ChildKey, idempotency_key: IdempotencyKey = None) -> Response[str]:
     result = _writers()[0].remove_child(body.key, idempotency_key=idempotency_key)
     return _outcome(result.outcome, result.replayed)
 
 
-@app.patch("/children")
+@app.patch(
+    "/children", summary="Change a sum child's amount and the total", responses=_CHILD_RESPONSES
+)
 @tracer.capture_method
 def change_amount(body: ChangeAmount, idempotency_key: IdempotencyKey = None) -> Response[str]:
     writer = _writers()[0]
@@ -154,7 +170,15 @@ def change_amount(body: ChangeAmount, idempotency_key: IdempotencyKey = None) ->
     return _outcome(result.outcome, result.replayed)
 
 
-@app.post("/allocations")
+@app.post(
+    "/allocations",
+    summary="Hand out sequence numbers and write their members",
+    responses={
+        201: {"description": "Allocated (or replayed)."},
+        409: {"description": "The natural key exists already, or the counter is behind."},
+        422: _REFUSED,
+    },
+)
 @tracer.capture_method
 def allocate(body: Allocate, idempotency_key: IdempotencyKey = None) -> Response[str]:
     allocation = _writers()[1].allocate(

@@ -3,8 +3,8 @@
 DynamoDB's limits: partition key values up to 2,048 bytes and sort key values up to 1,024
 (UTF-8); attribute names 1..65,535 bytes; items up to 400 KB counted as names plus values;
 lists and maps nested at most 32 levels (a top-level attribute and 31 containers); numbers
-with at most 38 significant digits and a magnitude from 1E-130 to under 1E+126; no empty or
-duplicate-holding sets; one transaction's items together under 4 MB.
+with at most 38 significant digits and a magnitude from 1E-130 (DynamoDB: under 1E+126, here
+under 1E+38, see ``MAX_EXPONENT``); no empty sets; one transaction's items together under 4 MB.
 
 Numbers are canonicalised (leading and trailing zeros trimmed, as DynamoDB stores them), so
 a 40-digit integer that ends in zeros is stored rather than refused by boto3's serializer.
@@ -28,7 +28,11 @@ MAX_SORT_KEY_BYTES = 1024
 MAX_NAME_BYTES = 65535
 MAX_CONTAINERS = 31  # nested lists/maps inside one top-level attribute: 32 levels in all
 MAX_DIGITS = 38
-MIN_EXPONENT, MAX_EXPONENT = -130, 125  # of the leading digit
+# Of the leading digit. DynamoDB stores up to 9.9E+125, but returns numbers in plain notation
+# (1E+40 as 41 digits), which boto3's deserializer refuses (boto/boto3#2500): a reader such as
+# the reconciler could never read the item again. So magnitudes stop below 1E+38.
+MIN_EXPONENT, MAX_EXPONENT = -130, 37
+LARGEST = Decimal("9" * MAX_DIGITS)  # the largest number every reader can read back
 
 
 def utf8_length(text: str, field: Field) -> int:
@@ -86,7 +90,7 @@ def number(value: Any, field: Field) -> Decimal:
     canonical = Decimal((sign, significant, exponent))
     if not MIN_EXPONENT <= canonical.adjusted() <= MAX_EXPONENT:
         raise InvalidRequestError(
-            field, f"{canonical} is outside DynamoDB's number range (1E-130 to 9.9E+125)"
+            field, f"{canonical} is outside the number range kept readable (1E-130 to under 1E+38)"
         )
     return canonical
 
@@ -138,11 +142,7 @@ def _set(values: Set[Any], field: Field) -> set[Any]:
         raise InvalidRequestError(
             field, "a set must be non-empty and hold only strings, only numbers or only binaries"
         )
-    members = [_value(v, field, 0) for v in values]
-    unique = set(members)
-    if len(unique) != len(members):
-        raise InvalidRequestError(field, "a set holds the same number twice")
-    return unique
+    return {_value(v, field, 0) for v in values}
 
 
 def _set_kind(value: Any) -> str | None:

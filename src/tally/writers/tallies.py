@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from decimal import Context, Decimal, localcontext
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
@@ -64,14 +64,26 @@ def parent_update(
     names = Names.of(partition_key, rule.counter, rule.revision)
     adds = [f"{names[rule.counter]} :delta"]
     guards = [f"attribute_exists({names[partition_key]})"]
+    values: dict[str, Any] = {":delta": delta, ":number": "N"}
     for attribute in (rule.counter, rule.revision):
         if attribute is not None:
             guards.append(
                 f"(attribute_not_exists({names[attribute]}) OR "
                 f"attribute_type({names[attribute]}, :number))"
             )
+    if isinstance(rule, SumRule):
+        # The new total must stay readable: from these bounds, adding delta cannot leave it.
+        guards.append(
+            f"(attribute_not_exists({names[rule.counter]}) OR "
+            f"{names[rule.counter]} BETWEEN :low AND :high)"
+        )
+        with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_CEILING)):
+            values[":low"] = -items.LARGEST - delta
+        with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_FLOOR)):
+            values[":high"] = items.LARGEST - delta
     if rule.revision is not None:
         adds.append(f"{names[rule.revision]} :one")
+        values[":one"] = Decimal(1)
     return {
         "Update": {
             "TableName": table,
@@ -79,16 +91,21 @@ def parent_update(
             "UpdateExpression": "ADD " + ", ".join(adds),
             "ConditionExpression": " AND ".join(guards),
             "ExpressionAttributeNames": names.expression_names,
-            "ExpressionAttributeValues": serialize(
-                {":delta": delta, ":number": "N"} | ({":one": Decimal(1)} if rule.revision else {})
-            ),
+            "ExpressionAttributeValues": serialize(values),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
 
 
-def raise_for_parent(cancelled: Cancelled, index: int, key: Key, *attributes: str | None) -> None:
-    """Turn the parent's failed condition into ParentNotFound or InvalidCounter."""
+def raise_for_parent(
+    cancelled: Cancelled,
+    index: int,
+    key: Key,
+    *attributes: str | None,
+    out_of_range: Exception | None = None,
+) -> None:
+    """Turn the parent's failed condition into ParentNotFound or InvalidCounter, or, when its
+    numbers are fine, ``out_of_range`` (a sum's total would leave the readable range)."""
     if not cancelled.failed(index):
         return
     old = cancelled.old_item(index)
@@ -97,7 +114,7 @@ def raise_for_parent(cancelled: Cancelled, index: int, key: Key, *attributes: st
     for attribute in attributes:
         if attribute is not None:
             number_or_none(old, attribute, key)
-    raise cancelled.unexpected()
+    raise out_of_range or cancelled.unexpected()
 
 
 @dataclass(frozen=True)
@@ -166,7 +183,7 @@ class TallyWriter:
         keyed = self.guards.request(idempotency_key, "remove", key)
         write = _Write("remove", dict(key), match.parent_key, rule, keyed)
         if isinstance(rule, SumRule):
-            return self._change_sum_child(write)
+            return self._change_sum_child(write, ("key",))
         names = Names.of(self._pk)
         child = {
             "Delete": {
@@ -195,9 +212,8 @@ class TallyWriter:
             )
         new = items.number(amount, ("amount",))
         keyed = self.guards.request(idempotency_key, "change", key, new)
-        return self._change_sum_child(
-            _Write("change", dict(key), match.parent_key, rule, keyed, new)
-        )
+        write = _Write("change", dict(key), match.parent_key, rule, keyed, new)
+        return self._change_sum_child(write, ("amount",))
 
     # --- requests -----------------------------------------------------------------------
 
@@ -243,8 +259,13 @@ class TallyWriter:
         except Cancelled as cancelled:
             if write.keyed and (record := self.guards.taken(cancelled, len(writes))):
                 return self._replay(write, record)
+            rule = write.rule
+            beyond = None
+            if amount is not None:
+                message = f"the parent's {rule.counter!r} would pass ±{items.LARGEST}"
+                beyond = InvalidRequestError(amount, message)
             raise_for_parent(
-                cancelled, 1, write.parent_key, write.rule.counter, write.rule.revision
+                cancelled, 1, write.parent_key, rule.counter, rule.revision, out_of_range=beyond
             )
             raise
         except TransactionFailedError as failed:
@@ -277,7 +298,7 @@ class TallyWriter:
 
     # --- sum children -------------------------------------------------------------------
 
-    def _change_sum_child(self, write: _Write) -> WriteResult:
+    def _change_sum_child(self, write: _Write, field: Field) -> WriteResult:
         # Transactions cannot read, so read the amount first and fence the write on it.
         rule = write.rule
         assert isinstance(rule, SumRule)
@@ -293,7 +314,7 @@ class TallyWriter:
             if write.new is not None:
                 items.check_size({**current, rule.summed: write.new}, ("amount",))
             try:
-                result = self._commit(write, self._sum_writes(write, rule, old), ("amount",))
+                result = self._commit(write, self._sum_writes(write, rule, old), field)
             except Cancelled:
                 continue  # the amount moved between our read and our write
             return replace(result, attempts=result.attempts + attempt - 1)
