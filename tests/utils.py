@@ -1,4 +1,4 @@
-"""Helpers shared by the tests: a Lambda context, item conversions, stream records, outages."""
+"""Helpers shared by the tests: a Lambda context, item conversions, stream records."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import itertools
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
-from botocore.httpsession import URLLib3Session
 
 from tally.local.runner import LocalContext
 
@@ -61,34 +59,3 @@ def stream_record(
     if identity is not None:
         body["userIdentity"] = identity
     return body
-
-
-class Outage:
-    """Breaks one operation of a boto3 client, the way a network or a service fails.
-
-    ``down``: the request never leaves (the service is unreachable).
-    ``lost``: the request reaches the service and is handled, then the response is lost on
-    the way back; the client's own retry policy decides whether it is sent again.
-    ``times`` bounds how many attempts fail (None: until ``heal()``); ``calls`` counts them.
-    """
-
-    def __init__(self, client: Any, operation: str, mode: str, times: int | None = None):
-        self.client, self.mode, self.times = client, mode, times
-        service = client.meta.service_model.service_id.hyphenize()
-        self.event = f"before-send.{service}.{operation}"
-        self.calls = 0
-        self.failed = 0
-        client.meta.events.register(self.event, self._before_send)
-
-    def _before_send(self, request: Any, **_: Any) -> None:
-        self.calls += 1
-        if self.times is not None and self.failed >= self.times:
-            return None
-        self.failed += 1
-        if self.mode == "lost":
-            URLLib3Session().send(request)
-            raise ConnectionClosedError(endpoint_url=request.url)
-        raise EndpointConnectionError(endpoint_url=request.url)
-
-    def heal(self) -> None:
-        self.client.meta.events.unregister(self.event, self._before_send)

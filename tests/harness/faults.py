@@ -42,7 +42,7 @@ from typing import Any
 from unittest import mock
 
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
-from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import ConnectionClosedError, EndpointConnectionError, ReadTimeoutError
 from botocore.httpsession import URLLib3Session
 
 
@@ -211,3 +211,37 @@ class _NoBackoff:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
+
+
+class Outage:
+    """A counted fault on one operation: the first ``times`` attempts fail, then none.
+
+    Where ``Faults`` draws faults at a rate, this breaks a service for a known stretch
+    (SNS down for two publishes, one lost response), the way an outage test needs.
+
+    ``down``: the request never leaves (the service is unreachable).
+    ``lost``: the request reaches the service and is handled, then the response is lost on
+    the way back; the client's own retry policy decides whether it is sent again.
+    ``times`` bounds how many attempts fail (None: until ``heal()``); ``calls`` counts them.
+    """
+
+    def __init__(self, client: Any, operation: str, mode: str, times: int | None = None):
+        self.client, self.mode, self.times = client, mode, times
+        service = client.meta.service_model.service_id.hyphenize()
+        self.event = f"before-send.{service}.{operation}"
+        self.calls = 0
+        self.failed = 0
+        client.meta.events.register(self.event, self._before_send)
+
+    def _before_send(self, request: Any, **_: Any) -> None:
+        self.calls += 1
+        if self.times is not None and self.failed >= self.times:
+            return None
+        self.failed += 1
+        if self.mode == "lost":
+            URLLib3Session().send(request)
+            raise ConnectionClosedError(endpoint_url=request.url)
+        raise EndpointConnectionError(endpoint_url=request.url)
+
+    def heal(self) -> None:
+        self.client.meta.events.unregister(self.event, self._before_send)

@@ -21,8 +21,8 @@ from tally.reconciler.rechecks import Recheck
 from tally.rules import load_rules
 from tally.settings import settings
 from tally.writers import SequenceAllocator, TallyWriter
+from tests.harness.faults import Outage
 from tests.integration.conftest import RULES_FILE, Stack
-from tests.utils import Outage
 
 RULES = load_rules(RULES_FILE)
 POST = {"PK": "POST#a91f", "SK": "META"}
