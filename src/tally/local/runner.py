@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from aws_lambda_powertools import Logger
+
 from tally.local import stack as local_stack
-from tally.local.functions import environ, environment, function, parameter_defaults
+from tally.local.functions import cold_start, environment, function, parameter_defaults, variables
 from tally.local.pump import Invoke, MappingSettings, Pump, Say
 from tally.local.stack import LocalStack
 from tally.local.template import TEMPLATE_PATH, load_template
@@ -18,6 +20,8 @@ from tally.streams import StreamReader, stream_arn
 
 CHECKPOINT_FILE = "stream-checkpoint.json"
 FUNCTION_LOG = "functions.log"
+# Local mode has no X-Ray daemon (`sam local invoke` disables tracing the same way).
+LOCAL_ENVIRONMENT = {"POWERTOOLS_TRACE_DISABLED": "true"}
 
 
 @dataclass
@@ -39,22 +43,25 @@ def invoker(
     """Call the handler the template names, with the template's environment, locally."""
     template = template or load_template(TEMPLATE_PATH)
     spec = function(template, logical_id)
-    values = environment(template, logical_id, stack.names()) | local_stack.env(stack)
-    handler = spec.load()
+    values = (
+        environment(template, logical_id, stack.names())
+        | local_stack.env(stack)
+        | LOCAL_ENVIRONMENT
+    )
+    started = cold_start(spec, values)
+    logger: Logger = started.modules["tally.observability"].logger
     log = stack.state_dir / FUNCTION_LOG
 
     def invoke(event: dict[str, Any]) -> Any:
         # The functions' JSON logs and EMF metrics go where CloudWatch would have them.
-        with environ(values), log.open("a") as out, _logs_to(out):
-            return handler(event, LocalContext(logical_id))
+        with variables(values), log.open("a") as out, _logs_to(logger, out):
+            return started.handler(event, LocalContext(logical_id))
 
     return invoke
 
 
 @contextlib.contextmanager
-def _logs_to(out: TextIO) -> Iterator[None]:
-    from tally.observability import logger
-
+def _logs_to(logger: Logger, out: TextIO) -> Iterator[None]:
     handler = logger.registered_handler
     stream = handler.setStream(out)  # type: ignore[attr-defined]
     try:
