@@ -72,13 +72,14 @@ def _demo(stack: LocalStack, state_dir: Path, started: float) -> int:
 
     faults = _inject(ddb, table, rules)
     say("faults injected: " + ", ".join(f.name for f in faults))
-    _settle(pump)
+    if not _settle(pump):
+        print("DEMO FAILED: the stream and the recheck queue never went quiet")
+        return 1
     alerts = _inbox(stack, state_dir)
     for fault in faults:
         match = [a for a in alerts if a["key"] == fault.key and a["kind"] == fault.expected_kind]
         if match:
             fault.caught, fault.repair = match[0]["kind"], match[0]["repair"]["status"]
-    runner.save_checkpoint(pump, state_dir)
 
     print("\nalerts the subscriber received:")
     for alert in alerts:
@@ -220,18 +221,12 @@ def _inject(ddb: Any, table: str, rules: RuleSet) -> list[Fault]:
     ]
 
 
-def _settle(pump: Pump, deadline_seconds: float = 90) -> None:
+def _settle(pump: Pump, deadline_seconds: float = 300) -> bool:
     """Pump until the stream is drained and every recheck has come due and run."""
-    deadline = time.monotonic() + deadline_seconds
-    waiting = 0
-    while time.monotonic() < deadline:
-        report = pump.until_idle(max_seconds=deadline - time.monotonic())
-        if report.pending_rechecks == 0:
-            return
-        if report.pending_rechecks != waiting:
-            waiting = report.pending_rechecks
-            say(f"waiting for {waiting} rechecks to come due (the sequences' grace period)")
-        time.sleep(2)
+    pending = pump.until_idle(max_seconds=deadline_seconds).pending_rechecks
+    if pending:
+        say(f"waiting for {pending} rechecks to come due (the sequences' grace period)")
+    return pump.until_idle(max_seconds=deadline_seconds, rechecks=True).idle
 
 
 def _final_audit() -> Any:
