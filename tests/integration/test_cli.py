@@ -14,6 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tally.local.stack import load
 from tally.local.template import TEMPLATE_PATH, load_template
 
 
@@ -126,7 +127,10 @@ def test_the_pump_logs_as_the_template_says_and_stops_cleanly_on_sigterm(
     finally:
         if pump.poll() is None:
             pump.kill()
-    assert json.loads(checkpoint.read_text())
+    saved = json.loads(checkpoint.read_text())
+    stack = load(state)
+    assert stack is not None
+    assert saved["streamArn"] == stack.table_stream_arn and saved["shards"]
 
     variables = load_template(TEMPLATE_PATH)["Globals"]["Function"]["Environment"]["Variables"]
     entries = [json.loads(line) for line in (state / "functions.log").read_text().splitlines()]

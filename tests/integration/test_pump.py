@@ -210,7 +210,7 @@ def test_the_checkpoint_stops_before_the_first_failed_record(
     keys = write(dynamodb, table_name, 10)
     handler = Handler()
     handler.report_always = {"ITEM#004"}
-    checkpoint = Checkpoint(tmp_path / "checkpoint.json")
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", stream_arn(dynamodb, table_name))
     pump = make_pump(
         dynamodb, dynamodb_endpoint, table_name, queues, handler, checkpoint=checkpoint
     )
@@ -238,9 +238,14 @@ def test_an_unreadable_checkpoint_means_reading_the_stream_again_from_its_start(
     tmp_path: Path,
 ) -> None:
     keys = write(dynamodb, table_name, 5)
-    path = tmp_path / "checkpoint.json"
+    path, stream = tmp_path / "checkpoint.json", stream_arn(dynamodb, table_name)
     make_pump(
-        dynamodb, dynamodb_endpoint, table_name, queues, Handler(), checkpoint=Checkpoint(path)
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        Handler(),
+        checkpoint=Checkpoint(path, stream),
     ).until_idle()
     path.write_bytes(path.read_bytes()[:-5])  # as a crash mid-write once left it
     said: list[str] = []
@@ -251,12 +256,12 @@ def test_an_unreadable_checkpoint_means_reading_the_stream_again_from_its_start(
         table_name,
         queues,
         handler,
-        checkpoint=Checkpoint(path, said.append),
+        checkpoint=Checkpoint(path, stream, said.append),
     )
     assert pump.until_idle().idle
     assert handler.delivered() == keys
     assert "trim horizon" in said[0]
-    assert Checkpoint(path).load() == pump.positions()
+    assert Checkpoint(path, stream).load() == pump.positions()
 
 
 # --- the recheck queue -----------------------------------------------------------------------

@@ -90,7 +90,7 @@ def test_ctrl_c_twice_abandons_the_batch_and_the_restart_finds_every_fault(
     stack: Stack, dynamodb_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_posts_with_a_fault_each(stack)
-    checkpoint = Checkpoint(tmp_path / "checkpoint.json")
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", stack.reader.stream_arn)
     first = Reconciler()
     stopped = pump(stack, checkpoint, first, dynamodb_endpoint)
     interrupt_after_alert(3, times=2, monkeypatch=monkeypatch)
@@ -118,7 +118,7 @@ def test_ctrl_c_once_lets_the_batch_finish_and_checkpoints_it(
     stack: Stack, dynamodb_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_posts_with_a_fault_each(stack)
-    checkpoint = Checkpoint(tmp_path / "checkpoint.json")
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", stack.reader.stream_arn)
     first = Reconciler()
     stopped = pump(stack, checkpoint, first, dynamodb_endpoint)
     interrupt_after_alert(1, times=1, monkeypatch=monkeypatch)

@@ -1,6 +1,8 @@
 """The pump's stream checkpoint: per shard, the last record the handler settled.
 
-It is written atomically (a temporary file, fsync, then a rename), so a crash while saving
+It names its stream: a checkpoint of another stream (the table or the local stack was
+created anew since) is not used, and the new stream is read from its trim horizon. It is
+written atomically (a temporary file, fsync, then a rename), so a crash while saving
 leaves the previous checkpoint whole. A checkpoint that cannot be read anyway (edited by
 hand, a disk fault) is set aside and the pump starts again from the trim horizon: every
 record still in the stream is verified again, which repeats work but never skips a record.
@@ -19,20 +21,21 @@ _NUMBER = re.compile(r"[0-9]+")
 
 
 class Checkpoint:
-    """One checkpoint file: shard id -> sequence number of the last settled record."""
+    """One stream's checkpoint file: shard id -> sequence number of the last settled record."""
 
-    def __init__(self, path: Path, say: Callable[[str], None] | None = None) -> None:
+    def __init__(self, path: Path, stream_arn: str, say: Callable[[str], None] | None = None):
         self.path = path
+        self.stream_arn = stream_arn
         self.say = say or (lambda _: None)
 
     def load(self) -> dict[str, str]:
-        """The saved positions; none if there is no file, or if it cannot be read."""
+        """The saved positions; none if there is no file, it is another stream's, or unreadable."""
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
         try:
-            return _positions(json.loads(raw))
+            stream_arn, positions = _checkpoint(json.loads(raw))
         except ValueError as error:
             aside = self.path.with_name(self.path.name + CORRUPT_SUFFIX)
             os.replace(self.path, aside)
@@ -41,22 +44,32 @@ class Checkpoint:
                 "reading every shard again from the trim horizon"
             )
             return {}
+        if stream_arn != self.stream_arn:
+            self.say(
+                f"pump: checkpoint {self.path} is for another stream ({stream_arn}); "
+                "reading this one from the trim horizon"
+            )
+            return {}
+        return positions
 
     def save(self, positions: Mapping[str, str]) -> None:
         """Replace the checkpoint with ``positions``, all or nothing."""
         staging = self.path.with_name(self.path.name + ".tmp")
         with staging.open("w") as out:
-            json.dump(dict(positions), out, sort_keys=True)
+            json.dump({"streamArn": self.stream_arn, "shards": dict(positions)}, out, indent=1)
             out.flush()
             os.fsync(out.fileno())
         os.replace(staging, self.path)
 
 
-def _positions(value: object) -> dict[str, str]:
-    """The checkpoint's content, checked: shard ids mapped to numeric sequence numbers."""
-    if not isinstance(value, dict):
-        raise ValueError(f"expected an object of shard positions, got {type(value).__name__}")
-    for shard_id, sequence_number in value.items():
+def _checkpoint(value: object) -> tuple[str, dict[str, str]]:
+    """The checkpoint's stream and shard positions, checked."""
+    if not isinstance(value, dict) or set(value) != {"streamArn", "shards"}:
+        raise ValueError("expected an object with streamArn and shards")
+    stream_arn, shards = value["streamArn"], value["shards"]
+    if not isinstance(stream_arn, str) or not isinstance(shards, dict):
+        raise ValueError("streamArn must be a string and shards an object")
+    for shard_id, sequence_number in shards.items():
         if not isinstance(sequence_number, str) or not _NUMBER.fullmatch(sequence_number):
             raise ValueError(f"shard {shard_id!r} has no sequence number: {sequence_number!r}")
-    return dict(value)
+    return stream_arn, dict(shards)

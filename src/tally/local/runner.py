@@ -86,7 +86,7 @@ def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
     reader = StreamReader(
         stack.client("dynamodbstreams"), stream_arn(stack.client("dynamodb"), names["Table"])
     )
-    checkpoint = Checkpoint(state_dir / CHECKPOINT_FILE, say)
+    checkpoint = Checkpoint(state_dir / CHECKPOINT_FILE, reader.stream_arn, say)
     reader.resume(checkpoint.load())
     return Pump(
         reader,
