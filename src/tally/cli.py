@@ -143,20 +143,21 @@ def _pump(options: argparse.Namespace) -> int:
     from tally.local import runner
 
     pump = runner.pump(_running(), STATE_DIR, say=lambda line: print(line, file=sys.stderr))
-    try:
+    with runner.stopped_by_signals(pump):
         if options.until_idle:
             report = pump.until_idle(options.max_seconds)
+            state = "idle" if report.idle else "stopped before idle"
             print(
-                f"pump: idle. {report.records} records, {report.batches} batches, "
+                f"pump: {state}. {report.records} records, {report.batches} batches, "
                 f"{report.retries} retries, {report.sent_to_failure_queue} to the on-failure "
                 f"queue, {report.rechecks} rechecks done, {report.pending_rechecks} not yet due",
                 file=sys.stderr,
             )
+            if not report.idle and not pump.stop_signal:
+                return 1
         else:
             pump.forever()
-    finally:
-        runner.save_checkpoint(pump, STATE_DIR)
-    return 0
+    return runner.exit_code(pump)
 
 
 # --- operator commands -------------------------------------------------------------------
