@@ -88,6 +88,7 @@ class Run:
     stack: Stack
     template: dict[str, Any]
     monkeypatch: pytest.MonkeyPatch
+    invoked_at: float = 0.0
 
     @property
     def names(self) -> dict[str, str]:
@@ -101,6 +102,7 @@ class Run:
 
     def invoke(self, logical_id: str, event: dict[str, Any]) -> Any:
         """The template's handler for ``logical_id``, called with the template's environment."""
+        self.invoked_at = unix_time_millis()  # no message this call sends is older
         values = environment(self.template, logical_id, self.names)
         # The bundled rules file, found through the code directory as in Lambda.
         assert (Path(values["LAMBDA_TASK_ROOT"]) / values["RULES_FILE"]).is_file()
@@ -131,12 +133,16 @@ class Run:
         )["Attributes"]
         return sum(int(value) for value in attributes.values())
 
-    def rechecks_due(self, after_seconds: int) -> list[dict[str, Any]]:
-        """Recheck messages receivable once ``after_seconds`` have passed (moto's clock moves)."""
+    def rechecks_due(self, after_seconds: int, since_invoked: bool = False) -> list[dict[str, Any]]:
+        """Recheck messages receivable once ``after_seconds`` have passed (moto's clock moves).
+
+        ``since_invoked`` counts from when the last invocation began, not from now, so that a
+        slow machine cannot make a message look older than it is.
+        """
         # moto's SQS runs in this process; its delay check reads this clock.
-        self.monkeypatch.setattr(
-            moto.sqs.models, "unix_time_millis", lambda: unix_time_millis() + after_seconds * 1000
-        )
+        start = self.invoked_at if since_invoked else unix_time_millis()
+        moment = start + after_seconds * 1000
+        self.monkeypatch.setattr(moto.sqs.models, "unix_time_millis", lambda: moment)
         messages: list[dict[str, Any]] = self.stack.sqs.receive_message(
             QueueUrl=self.stack.recheck_queue, MaxNumberOfMessages=10, WaitTimeSeconds=0
         ).get("Messages", [])
@@ -165,7 +171,7 @@ class Run:
         grace = self.grace_seconds(rule)
         assert self.queued_rechecks() == 1
         if grace:
-            assert self.rechecks_due(after_seconds=grace - 1) == []
+            assert self.rechecks_due(after_seconds=grace - 1, since_invoked=True) == []
         messages = self.rechecks_due(after_seconds=grace + 1)
         assert len(messages) == 1
         body: dict[str, Any] = json.loads(messages[0]["Body"])

@@ -112,8 +112,12 @@ class Group:
 
     @property
     def horizon(self) -> int:
-        """Numbers up to here were handed out before this batch ended."""
-        return max([self.counter_seen, *self.inserted])
+        """Numbers up to here were handed out by the counter before this batch ended.
+
+        A member's own number is no horizon: a member written above the counter (a rogue, a
+        reset) hands out nothing below it, and counter_behind is its finding.
+        """
+        return self.counter_seen
 
     @property
     def first_sequence_number(self) -> str:
