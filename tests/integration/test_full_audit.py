@@ -38,7 +38,7 @@ def test_the_full_audit_finds_what_the_stream_never_showed_and_repairs_it(stack:
     assert report.parents == {"likes": 7, "order-total": 1, "issue-numbers": 1}
     assert report.findings == {"drift": 2, "orphans": 1, "gap": 1}
     assert report.repairs == {"applied": 2, "skipped": 2}
-    assert report.candidates == 3  # only parents whose scanned numbers disagree
+    assert report.recounted == 3  # only parents whose scanned numbers disagree
     alerts = {(a["kind"], a["rule"]): a for a in stack.alerts()}
     assert alerts["drift", "likes"]["key"] == {"PK": "POST#3", "SK": "META"}
     assert alerts["drift", "likes"]["actual"] == 3
