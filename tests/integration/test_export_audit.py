@@ -72,9 +72,7 @@ def found(log: list[Finding]) -> set[tuple[str, str, str, int | None]]:
     return {(f.kind, f.rule, f.key["PK"], f.number) for f in log}
 
 
-def test_the_export_engine_finds_exactly_the_planted_findings(
-    stack: Stack, tmp_path: Path
-) -> None:
+def test_the_export_engine_finds_exactly_the_planted_findings(stack: Stack, tmp_path: Path) -> None:
     seed(stack)
     export = write_export(stack.dynamodb, stack.table, tmp_path, segments=3, items_per_file=7)
     checker = runtime.reconciler()
@@ -142,7 +140,9 @@ def test_a_candidate_repaired_between_export_and_recheck_is_not_reported(
 
 
 def test_tally_export_writes_every_item_in_the_export_layout(stack: Stack, tmp_path: Path) -> None:
-    items = [{"PK": f"POST#{i}", "SK": "META", "likeTally": i, "blob": b"\x00\xff"} for i in range(9)]
+    items = [
+        {"PK": f"POST#{i}", "SK": "META", "likeTally": i, "blob": b"\x00\xff"} for i in range(9)
+    ]
     items.append({"PK": "ORDER#1", "SK": "LINE#1", "amount": Decimal("0.000001"), "tags": {"a"}})
     for item in items:
         stack.put(item)
@@ -166,7 +166,8 @@ def test_tally_export_writes_every_item_in_the_export_layout(stack: Stack, tmp_p
     assert all(f.item_count <= 4 for f in export.files)
     lines: list[dict[str, Any]] = []
     for data in export.files:
-        lines += [json.loads(line) for line in gzip.open(data.path, "rt")]
+        with gzip.open(data.path, "rt") as handle:
+            lines += [json.loads(line) for line in handle]
     assert all(set(line) == {"Item"} for line in lines)
     # DynamoDB JSON as the export writes it: binary base64, numbers as text.
     expected = [_export_json(serialize(item)) for item in items]

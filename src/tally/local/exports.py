@@ -70,6 +70,14 @@ class Export:
 # --- writing --------------------------------------------------------------------------------
 
 
+def export_table(out: Path, *, segments: int = 4) -> Export:
+    """The table the environment names (``TABLE_NAME``), exported under ``out``."""
+    from tally.aws import client
+    from tally.settings import settings
+
+    return write_export(client("dynamodb"), settings().table_name, out, segments=segments)
+
+
 def write_export(
     client: Any,
     table_name: str,
