@@ -500,6 +500,8 @@ class _Row(BaseModel):
 def parse_candidate(row: Mapping[str, Any], rules: RuleSet) -> Candidate:
     """A query row (DuckDB's, or a line of Athena's CSV) as a Candidate; ValueError names the
     field when the row is malformed or names an unknown rule."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"bad candidate row: an object of columns is required, got {row!r}")
     names = rules.table.names
     key_fields = {f"key_{i}": name for i, name in enumerate(names)}
     missing = [field for field in key_fields if not row.get(field)]
