@@ -33,6 +33,8 @@ SUMMARY = "manifest-summary.json"
 FILES = "manifest-files.json"
 # Rolled over at this many items, so one data file never grows without bound.
 ITEMS_PER_FILE = 250_000
+# Items per scan page: a 1 MB page of small items is tens of MB once parsed.
+PAGE_ITEMS = 1000
 Progress = Callable[[int], None]
 
 
@@ -178,7 +180,11 @@ def _write_segment(
     """One scan segment into its own data files: (name, items, md5) per file, and bytes."""
     files = _DataFiles(staging / "data", items_per_file)
     pages = client.get_paginator("scan").paginate(
-        TableName=table_name, Segment=segment, TotalSegments=segments, ConsistentRead=True
+        TableName=table_name,
+        Segment=segment,
+        TotalSegments=segments,
+        ConsistentRead=True,
+        Limit=PAGE_ITEMS,
     )
     try:
         for page in pages:

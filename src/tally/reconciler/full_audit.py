@@ -36,6 +36,8 @@ Progress = Callable[[int], None]
 AnyRule = CountRule | SumRule | SequenceRule
 # Parents waiting between the scanning threads and the recount: bounded, like the rest.
 _QUEUE_SIZE = 1000
+# A 1 MB page of small items parses into tens of MB of Python objects, per segment.
+PAGE_ITEMS = 1000
 
 
 @dataclass
@@ -313,5 +315,6 @@ def _pages(reconciler: Reconciler, segment: int, segments: int) -> Iterator[dict
         TableName=reconciler.table.name,
         Segment=segment,
         TotalSegments=segments,
+        Limit=PAGE_ITEMS,
         ReturnConsumedCapacity="TOTAL",
     )
