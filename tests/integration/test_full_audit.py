@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from decimal import Decimal
 
+import pytest
+
+from tally.reconciler import full_audit as full_audit_module
 from tally.reconciler import runtime
 from tally.reconciler.full_audit import full_audit
 from tally.rules import load_rules
@@ -66,3 +70,22 @@ def test_auditing_one_parent_checks_only_that_parent(stack: Stack) -> None:
     assert report.items_scanned == 0
     assert report.findings == {"drift": 1}
     assert stack.item("POST#3", "META")["likeTally"] == 3  # type: ignore[index]
+
+
+def test_an_error_while_checking_stops_the_scanning_threads_and_is_raised(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for post in range(40):
+        stack.put({"PK": f"POST#{post}", "SK": "META", "likeTally": 1})  # 40 candidates
+    # A queue of one: the scanning threads are blocked handing over when the check fails.
+    monkeypatch.setattr(full_audit_module, "_QUEUE_SIZE", 1)
+    checker = runtime.reconciler()
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the table went away")
+
+    monkeypatch.setattr(checker, "verify_parent", fail)
+    before = threading.active_count()
+    with pytest.raises(RuntimeError, match="the table went away"):
+        full_audit(checker, segments=4)
+    assert threading.active_count() == before

@@ -20,8 +20,9 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -157,10 +158,12 @@ def full_audit(
             audit.report.parents[target.name] += 1
             audit.check(target, dict(parent), defer_sequences)
         return audit.finish()
-    for target, key, seen in _scan(reconciler, rules, segments, audit.report, progress):
-        audit.report.parents[target.name] += 1
-        if isinstance(target, SequenceRule) or _disagrees(target, seen):
-            audit.check(target, key, defer_sequences, seen.counter if seen.exists else None)
+    # Closed on the way out, error or not, so the scanning threads stop with the audit.
+    with closing(_scan(reconciler, rules, segments, audit.report, progress)) as scanned:
+        for target, key, seen in scanned:
+            audit.report.parents[target.name] += 1
+            if isinstance(target, SequenceRule) or _disagrees(target, seen):
+                audit.check(target, key, defer_sequences, seen.counter if seen.exists else None)
     return audit.finish()
 
 
@@ -193,7 +196,7 @@ def _scan(
     segments: int,
     report: AuditReport,
     progress: Progress | None,
-) -> Iterator[_Entry]:
+) -> Generator[_Entry, None, None]:
     """Parallel scan segments; each item collection is judged once it has been read."""
     names = {r.name for r in rules}
     found: queue.Queue[_Entry | _Done] = queue.Queue(_QUEUE_SIZE)
