@@ -19,14 +19,8 @@ from hypothesis import strategies as st
 
 from tally.local.audit_duckdb import candidates
 from tally.local.exports import read_export
-from tally.reconciler.audit_sql import (
-    ATHENA,
-    DUCKDB,
-    EXACT_AMOUNT,
-    AuditQuery,
-    Candidate,
-    parse_candidate,
-)
+from tally.reconciler.audit_sql import ATHENA, DUCKDB, EXACT_AMOUNT, AuditQuery
+from tally.reconciler.candidates import Candidate, parse_candidate
 from tally.rules import DEFAULT_RULES_FILE, load_rules, parse_rules
 from tests.utils import write_aws_export
 

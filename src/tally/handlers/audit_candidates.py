@@ -12,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.observability import logger, metrics, tracer
-from tally.reconciler.audit_sql import parse_candidate
+from tally.reconciler.candidates import parse_candidate
 from tally.reconciler.full_audit import Audit, audited_rules
 from tally.reconciler.runtime import emit_metrics, reconciler
 

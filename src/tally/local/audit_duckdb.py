@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tally.local.exports import Export, export_files
-from tally.reconciler.audit_sql import DUCKDB, AuditQuery, Candidate, parse_candidate
+from tally.reconciler.audit_sql import DUCKDB, AuditQuery
+from tally.reconciler.candidates import Candidate, parse_candidate
 from tally.reconciler.full_audit import Audit, AuditReport, audited_rules
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet

@@ -28,7 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally.dynamodb import deserialize
-from tally.reconciler.audit_sql import Candidate
+from tally.reconciler.candidates import Candidate
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.verification import Reconciler
 from tally.rules import CountRule, IndexMembers, Key, SequenceRule, SumRule
@@ -111,7 +111,8 @@ class Audit:
             self.report.sequences += 1
             seen = int(horizon) if isinstance(horizon, int | Decimal) and horizon >= 0 else 0
             if not defer:
-                # Inline, the recheck reads the counter itself and judges up to it.
+                # Inline, the recheck reads the counter itself; it judges up to the lower
+                # of that and the counter the engine saw.
                 reconciler.recheck(Recheck(target.name, key, seen, "full audit"))
                 return
             if horizon is None:
