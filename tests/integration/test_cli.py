@@ -98,6 +98,21 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str]) -> None:
     )["Item"]
     assert item["likeTally"] == {"N": "1"}
 
+    # The export engine: the table in DynamoDB's export layout, audited by DuckDB.
+    dynamodb.put_item(
+        TableName=local["TABLE_NAME"],
+        Item={"PK": {"S": "POST#a91f"}, "SK": {"S": "META"}, "likeTally": {"N": "7"}},
+    )
+    out = Path(cli_env["TALLY_STATE_DIR"]) / "exports"
+    directory = Path(tally("export", "--out", str(out), env=session).stdout.strip())
+    assert (
+        directory.parent == out / "AWSDynamoDB" and (directory / "manifest-summary.json").exists()
+    )
+    audit = tally("audit", "--engine", "duckdb", "--export", str(out), "--json", env=session)
+    report = json.loads(audit.stdout)
+    assert (report["engine"], report["export"]["items"], report["candidates"]) == ("duckdb", 2, 1)
+    assert report["findings"] == {"drift": 1} and report["repairs"] == {"dry_run": 1}
+
 
 def test_the_pump_logs_as_the_template_says_and_stops_cleanly_on_sigterm(
     cli_env: dict[str, str],

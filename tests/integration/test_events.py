@@ -19,6 +19,7 @@ from typing import Any
 
 import moto.sqs.models
 import pytest
+import sqlglot
 from moto.core.utils import unix_time_millis
 
 from tally.handlers import writer_api
@@ -33,6 +34,7 @@ EVENT_FILES = sorted(EVENTS_DIR.glob("*/*.json"))
 EVENT_DIRS = sorted(path for path in EVENTS_DIR.iterdir() if path.is_dir())
 RECHECK_SAMPLE = EVENTS_DIR / "RecheckFunction" / "recheck_message.json"
 
+ATHENA_DATABASE = "tally_audit_local"
 POST = {"PK": "POST#a91f", "SK": "META"}
 ORDER = {"PK": "ORDER#17", "SK": "META"}
 COUNTER = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
@@ -98,6 +100,7 @@ class Run:
             "AuditTable": self.stack.audit_table,
             "AlertTopic": self.stack.topic_arn,
             "RecheckQueue": self.stack.recheck_queue,
+            "AuditDatabase": ATHENA_DATABASE,
         }
 
     def invoke(self, logical_id: str, event: dict[str, Any]) -> Any:
@@ -357,8 +360,12 @@ AUDIT_SEED += [issue_counter(2), *issues(1, 2)]
 def check_scheduled_audit(run: Run, response: Any) -> None:
     assert set(response) == {
         "rules",
+        "engine",
         "items_scanned",
+        "read_capacity",
+        "export",
         "parents_checked",
+        "candidates",
         "recounted",
         "sequences_checked",
         "findings",
@@ -366,7 +373,7 @@ def check_scheduled_audit(run: Run, response: Any) -> None:
         "seconds",
     }
     assert response["rules"] == ["likes", "order-total", "issue-numbers", "user-numbers"]
-    assert response["items_scanned"] == len(AUDIT_SEED)
+    assert (response["engine"], response["items_scanned"]) == ("scan", len(AUDIT_SEED))
     assert response["parents_checked"] == {"likes": 1, "order-total": 1, "issue-numbers": 1}
     # Only the post whose scanned numbers disagree is recounted; the order agrees.
     assert (response["recounted"], response["sequences_checked"]) == (1, 1)
@@ -383,6 +390,32 @@ def check_scheduled_audit(run: Run, response: Any) -> None:
     body = run.recheck_after_grace("issue-numbers")
     assert (body["key"], body["counter_seen"], body["reason"]) == (COUNTER, 2, "full audit")
     assert run.stack.alerts() == []
+
+
+def check_audit_query(run: Run, response: Any) -> None:
+    export = "01736985600000-a1b2c3d4"
+    table = f"export_{export.replace('-', '_')}"
+    location = f"s3://tally-reconciler-auditbucket-1a2b3c4d5e6f/exports/AWSDynamoDB/{export}/data/"
+    assert response["export_id"] == export and response["location"] == location
+    create = response["create"]
+    assert create.startswith(f"CREATE EXTERNAL TABLE IF NOT EXISTS `{ATHENA_DATABASE}`.`{table}`")
+    assert create.endswith(f"LOCATION '{location}'")
+    assert f'FROM "{ATHENA_DATABASE}"."{table}"' in response["query"]
+    sqlglot.parse_one(response["query"], read="athena")
+    assert response["drop"] == f"DROP TABLE IF EXISTS `{ATHENA_DATABASE}`.`{table}`"
+
+
+def check_audit_candidates(run: Run, response: Any) -> None:
+    assert (response["engine"], response["candidates"]) == ("athena", 2)
+    assert (response["recounted"], response["sequences_checked"]) == (1, 1)
+    assert (response["findings"], response["repairs"]) == ({"drift": 1}, {"applied": 1})
+    alert = one_alert(run)
+    assert (alert["kind"], alert["key"], alert["stored"], alert["actual"]) == ("drift", POST, 5, 3)
+    # The sequence waits out its grace period on the recheck queue, judged up to the
+    # counter the export saw.
+    body = run.recheck_after_grace("issue-numbers")
+    assert (body["key"], body["counter_seen"], body["reason"]) == (COUNTER, 4, "full audit")
+    check_gap_found(run)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -421,6 +454,11 @@ SCENARIOS: dict[str, Scenario] = {
         [issue_counter(4), *issues(1, 2, 4)], check_recheck_message
     ),
     "AuditFunction/scheduled_audit": Scenario(AUDIT_SEED, check_scheduled_audit),
+    "AuditQueryFunction/export_completed": Scenario([], check_audit_query),
+    "AuditCandidatesFunction/candidate_batch": Scenario(
+        [post(5, 6), *likes("7c20", "19ab", "e5b2"), issue_counter(4), *issues(1, 2, 4)],
+        check_audit_candidates,
+    ),
 }
 
 
