@@ -20,8 +20,6 @@ from tally import console, targets
 from tally.console import Failure, UsageError
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
-from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.findings import Finding
 
 EPILOG = "exit codes: 0 clean, 1 findings or failure, 2 usage"
 MAX_SEGMENTS = 64
@@ -112,11 +110,34 @@ def _parser() -> argparse.ArgumentParser:
         type=_segments,
         default=4,
         metavar="N",
-        help=f"parallel scan segments, 1 to {MAX_SEGMENTS} (default 4)",
+        help=f"with --engine scan: parallel scan segments, 1 to {MAX_SEGMENTS} (default 4)",
+    )
+    audit.add_argument(
+        "--engine",
+        choices=["scan", "duckdb"],
+        default="scan",
+        help="scan the table (read capacity), or query an export with DuckDB (none)",
+    )
+    audit.add_argument(
+        "--export", type=Path, metavar="PATH", help="with --engine duckdb: the export to audit"
     )
     audit.add_argument("--json", action="store_true", help="the report and findings as JSON")
     _target(audit)
     audit.set_defaults(run=_audit)
+
+    export = command("export", "write the table in DynamoDB's export layout")
+    export.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="directory to write it under"
+    )
+    export.add_argument(
+        "--segments",
+        type=_segments,
+        default=4,
+        metavar="N",
+        help=f"parallel scan segments, 1 to {MAX_SEGMENTS} (default 4)",
+    )
+    _target(export)
+    export.set_defaults(run=_export)
 
     alerts = command("alerts", "alerts the local stack's subscriber received")
     alerts.add_argument("--follow", action="store_true", help="keep printing new ones")
@@ -228,22 +249,25 @@ def _pump(options: argparse.Namespace) -> int:
 
     state_dir = targets.state_dir()
     pump = runner.pump(targets.running(state_dir), state_dir, say=console.note)
-    try:
-        with console.live(lambda: _pump_status(pump.report)):
-            if options.until_idle:
-                pump.until_idle(options.max_seconds)
-            else:
-                pump.forever()
-    finally:
-        runner.save_checkpoint(pump, state_dir)
+    # The checkpoint is saved after every batch; a signal stops after the invocation in flight.
+    with runner.stopped_by_signals(pump), console.live(lambda: _pump_status(pump.report)):
+        if options.until_idle:
+            pump.until_idle(options.max_seconds)
+        else:
+            pump.forever()
     report = pump.report
+    if pump.stop_signal:
+        state = "stopped"
+    else:
+        state = "idle" if report.idle else f"not idle after {options.max_seconds:g} s"
     console.note(
-        f"pump: idle. {_pump_status(report)}, {report.pending_rechecks} rechecks not yet due"
+        f"pump: {state}. {_pump_status(report)}, {report.pending_rechecks} rechecks not yet due"
     )
     if report.sent_to_failure_queue:
         console.note("pump: batches went to the on-failure queue: `tally replay` re-verifies them")
-        return 1
-    return 0
+    if pump.stop_signal:
+        return runner.exit_code(pump)
+    return 1 if report.sent_to_failure_queue or not report.idle else 0
 
 
 def _pump_status(report: Any) -> str:
@@ -262,6 +286,11 @@ def _audit(options: argparse.Namespace) -> int:
     from tally.reconciler.repairs import RepairPolicy
     from tally.rules import load_rules
 
+    if (options.engine == "duckdb") != (options.export is not None):
+        raise UsageError("--export goes with --engine duckdb, and --engine duckdb with --export")
+    if options.export is not None and options.parent is not None:
+        raise UsageError("--parent audits one parent by reading the table: not with --export")
+    export = _read_export(options.export) if options.export is not None else None
     with targets.environment(options.stack, options.rules):
         rule = _rule(load_rules(), options.rule, options.parent)
         total = targets.item_count()
@@ -269,17 +298,26 @@ def _audit(options: argparse.Namespace) -> int:
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
         checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
         alerting = options.repair or options.alert
-        if not alerting:
-            checker.alerts = _Withheld(checker.alerts.sns, checker.alerts.topic_arn, checker.store)
-        scanning = options.parent is None and not options.json
-        with console.progress("audit: items scanned", total, enabled=scanning) as advance:
-            report = full_audit(
-                checker,
-                rule=rule,
-                parent=options.parent,
-                segments=options.segments,
-                progress=advance,
-            )
+        # A dry run's findings are shown to the operator, not recorded or published.
+        checker.alerting = alerting
+        if export is not None:
+            from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
+
+            console.note(f"audit: export {export.export_id} ({export.item_count} items)")
+            try:
+                report = duckdb_audit(checker, export, rule=rule)
+            except DuckDBMissing as error:
+                raise Failure(str(error)) from None
+        else:
+            scanning = options.parent is None and not options.json
+            with console.progress("audit: items scanned", total, enabled=scanning) as advance:
+                report = full_audit(
+                    checker,
+                    rule=rule,
+                    parent=options.parent,
+                    segments=options.segments,
+                    progress=advance,
+                )
     findings = checker.log
     if options.json:
         print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in findings]}))
@@ -288,11 +326,28 @@ def _audit(options: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
-class _Withheld(AlertPublisher):
-    """A dry run's findings are shown to the operator, not published to subscribers."""
+def _read_export(path: Path) -> Any:
+    from tally.local.exports import ExportError, read_export
 
-    def publish(self, finding: Finding) -> bool:
-        return False
+    try:
+        return read_export(path)
+    except ExportError as error:
+        raise UsageError(f"--export {error}") from None
+
+
+def _export(options: argparse.Namespace) -> int:
+    from tally.local.exports import export_table
+
+    with targets.environment(options.stack, options.rules):
+        total = targets.item_count()
+        try:
+            with console.progress("export: items written", total) as advance:
+                export = export_table(options.out, segments=options.segments, progress=advance)
+        except OSError as error:
+            raise Failure(f"--out {options.out}: {error.strerror or error}") from None
+    console.note(f"exported {export.item_count} items to")
+    print(export.directory)
+    return 0
 
 
 def _rule(rules: Any, name: str | None, parent: dict[str, str] | None) -> str | None:

@@ -165,8 +165,14 @@ def print_audit(
             cells = [f.kind, f.rule, where, _plain(f.stored), _plain(f.actual), _done(f)]
             found.add_row(*map(Text, cells))  # key values are data, never markup
         out.print(found)
+    export = report.get("export")
+    read = (
+        f"{export['items']} items exported"
+        if export
+        else f"{report['items_scanned']} items scanned"
+    )
     summary = (
-        f"{report['items_scanned']} items scanned, {report['recounted']} parents recounted, "
+        f"{read}, {report['recounted']} parents recounted, "
         f"{report['sequences_checked']} sequences checked, {len(findings)} findings, "
         f"{report['seconds']} s" + ("" if findings else ": clean")
     )

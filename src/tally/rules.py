@@ -98,6 +98,8 @@ class _Strict(BaseModel):
 class TableKeys(_Strict):
     partition_key: str = "PK"
     sort_key: str | None = "SK"
+    # The table's TTL attribute, if it has one: writers keep it off items an expiry would break.
+    ttl_attribute: str | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

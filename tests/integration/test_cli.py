@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 
-from tally.local.template import template_path
+from tally.local.stack import load
+from tally.local.template import load_template, template_path
 from tests.integration.conftest import Stack
 
 EVENTS = template_path().parent / "events"
@@ -48,6 +51,8 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def cli_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = clean_env(tmp_path)
+    # A user's shell: none of the Powertools settings the tests run with either.
+    env = {k: v for k, v in env.items() if not k.startswith("POWERTOOLS_")}
     tally("local", "up", env=env)
     yield env
     tally("local", "down", env=env)
@@ -111,6 +116,23 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str], tmp_path: Pa
     assert dynamodb.get_item(TableName=local["TABLE_NAME"], Key=key)["Item"]["likeTally"] == {
         "N": "1"
     }
+
+    # The export engine: the table in DynamoDB's export layout, audited by DuckDB.
+    dynamodb.put_item(
+        TableName=local["TABLE_NAME"],
+        Item={"PK": {"S": "POST#a91f"}, "SK": {"S": "META"}, "likeTally": {"N": "7"}},
+    )
+    out = Path(cli_env["TALLY_STATE_DIR"]) / "exports"
+    directory = Path(tally("export", "--out", str(out), env=session).stdout.strip())
+    assert (
+        directory.parent == out / "AWSDynamoDB" and (directory / "manifest-summary.json").exists()
+    )
+    audit = tally(
+        "audit", "--engine", "duckdb", "--export", str(out), "--json", env=session, expect=1
+    )
+    report = json.loads(audit.stdout)
+    assert (report["engine"], report["export"]["items"], report["candidates"]) == ("duckdb", 2, 1)
+    assert report["findings"] == {"drift": 1} and report["repairs"] == {"dry_run": 1}
 
     # A rogue overwrite the stream has not delivered yet: the sample event finds it.
     dynamodb.update_item(
@@ -203,6 +225,52 @@ def test_no_region_and_no_credentials_are_named(tmp_path: Path) -> None:
     region = {"AWS_DEFAULT_REGION": "eu-west-1"}
     result = tally("audit", "--stack", "prod", env=env | region, expect=1)
     assert result.stderr.startswith("tally: no AWS credentials: configure a profile")
+
+
+def test_the_pump_logs_as_the_template_says_and_stops_cleanly_on_sigterm(
+    cli_env: dict[str, str],
+) -> None:
+    session = dict(cli_env) | exported(cli_env)
+    script = (
+        "import boto3, os; boto3.client('dynamodb').put_item(TableName=os.environ['TABLE_NAME'],"
+        " Item={'PK': {'S': 'POST#b7'}, 'SK': {'S': 'LIKE#USER#1'}})"
+    )
+    subprocess.run([sys.executable, "-c", script], env=session, check=True, timeout=60)
+    state = Path(cli_env["TALLY_STATE_DIR"])
+    checkpoint = state / "stream-checkpoint.json"
+
+    pump = subprocess.Popen(
+        [sys.executable, "-m", "tally.cli", "pump"],
+        env=session,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.exists():  # written once the first batch is handled
+            assert pump.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        pump.send_signal(signal.SIGTERM)
+        assert pump.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if pump.poll() is None:
+            pump.kill()
+    saved = json.loads(checkpoint.read_text())
+    stack = load(state)
+    assert stack is not None
+    assert saved["streamArn"] == stack.table_stream_arn and saved["shards"]
+
+    variables = load_template(template_path())["Globals"]["Function"]["Environment"]["Variables"]
+    entries = [json.loads(line) for line in (state / "functions.log").read_text().splitlines()]
+    logs = [e for e in entries if "_aws" not in e]
+    metrics = [e for e in entries if "_aws" in e]
+    assert logs and {e["service"] for e in logs} == {variables["POWERTOOLS_SERVICE_NAME"]}
+    assert metrics
+    for emf in metrics:
+        [directive] = emf["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == variables["POWERTOOLS_METRICS_NAMESPACE"]
+        assert all("service" in dimensions for dimensions in directive["Dimensions"])
+        assert emf["service"] == variables["POWERTOOLS_SERVICE_NAME"]
 
 
 def test_commands_that_need_the_stack_say_how_to_start_it(tmp_path: Path) -> None:

@@ -81,6 +81,30 @@ def test_segments_out_of_range_are_a_usage_error(
     assert f"argument --segments: a whole number from 1 to 64, not {segments!r}" in err
 
 
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([], "the following arguments are required: --out"),
+        (["--out", "x", "--segments", "0"], "a whole number from 1 to 64, not '0'"),
+    ],
+)
+def test_export_s_mistakes_are_usage_errors(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = tally(capsys, "export", *arguments)
+    assert code == 2
+    assert message in err, err
+
+
+def test_export_without_a_target_says_how_to_name_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = tally(capsys, "export", "--out", str(tmp_path / "out"))
+    assert code == 1
+    assert "environment variable TABLE_NAME is not set" in err and "tally local up" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_broken_rules_file_is_a_failure_naming_the_rule(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,7 +149,10 @@ def test_invoke_names_the_functions_when_one_is_unknown(capsys: pytest.CaptureFi
     code, _, err = tally(capsys, "invoke", "NopeFunction", EVENT)
     assert code == 2
     assert "no function 'NopeFunction' in" in err
-    assert "ReconcilerFunction, RecheckFunction, AuditFunction, WriterFunction" in err
+    assert (
+        "ReconcilerFunction, RecheckFunction, AuditFunction, AuditQueryFunction, "
+        "AuditCandidatesFunction, WriterFunction" in err
+    )
 
 
 def test_invoke_with_a_missing_or_broken_event_file(
@@ -160,7 +187,7 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and out.startswith("tally ") and out.split()[1][0].isdigit()
     code, out, _ = tally(capsys, "--help")
     assert code == 0
-    for command in ("local", "pump", "audit", "alerts", "replay", "invoke", "demo"):
+    for command in ("local", "pump", "audit", "export", "alerts", "replay", "invoke", "demo"):
         assert f"    {command}" in out
     assert "exit codes: 0 clean, 1 findings or failure, 2 usage" in out
     code, out, _ = tally(capsys, "audit", "--help")

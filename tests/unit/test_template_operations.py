@@ -149,6 +149,23 @@ def test_a_failed_scheduled_audit_lands_on_a_queue_that_alarms() -> None:
     assert watched, f"nothing alarms when {queue} holds a message"
 
 
+def test_a_failed_audit_run_of_the_state_machine_alarms() -> None:
+    """The schedule starts the state machine by default: a run it could not start lands on the
+    audit failure queue, and a run that failed, timed out or was aborted alarms."""
+    machine = RESOURCES["AuditStateMachine"]["Properties"]
+    (schedule,) = [e for e in machine["Events"].values() if e["Type"] == "ScheduleV2"]
+    dead_letter = schedule["Properties"]["DeadLetterConfig"]["Arn"]
+    assert dead_letter == {"Fn::GetAtt": ["AuditFailureQueue", "Arn"]}
+    read = {
+        m["MetricName"]
+        for alarm in alarms().values()
+        for m in metrics_read(alarm)
+        if m["Namespace"] == "AWS/States"
+        and m["Dimensions"] == [{"Name": "StateMachineArn", "Value": {"Ref": "AuditStateMachine"}}]
+    }
+    assert {"ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted"} <= read
+
+
 def test_the_writer_api_logs_access_and_throttles() -> None:
     api = RESOURCES["WriterApi"]["Properties"]
     group, attribute = api["AccessLogSettings"]["DestinationArn"]["Fn::GetAtt"]

@@ -19,7 +19,15 @@ import pytest
 from tally.local.functions import Function, code_root, environment, function, functions
 from tally.local.stack import SAM_ENV_FILE, STATE_DIR_NAME, LocalStack, sam_env
 from tally.local.template import load_template, template_path
-from tally.rules import CountRule, Pattern, RuleSet, SequenceRule, SumRule, load_rules
+from tally.rules import (
+    REPAIR_MARKER,
+    CountRule,
+    Pattern,
+    RuleSet,
+    SequenceRule,
+    SumRule,
+    load_rules,
+)
 from tally.settings import Settings
 
 TEMPLATE = load_template(template_path())
@@ -399,3 +407,17 @@ def test_samconfig_local_invoke_reads_what_local_up_writes() -> None:
     assert Path(local_invoke["env_vars"]) == Path(STATE_DIR_NAME) / SAM_ENV_FILE
     # The local stack listens on the host's loopback, which only the host network reaches.
     assert local_invoke["docker_network"] == "host"
+
+
+def test_the_writer_function_may_not_write_the_repair_marker() -> None:
+    policies = TEMPLATE["Resources"]["WriterFunction"]["Properties"]["Policies"]
+    denied = [
+        statement
+        for policy in policies
+        for statement in policy.get("Statement", [])
+        if statement["Effect"] == "Deny"
+    ]
+    [deny] = denied
+    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= set(deny["Action"])
+    condition = deny["Condition"]["ForAnyValue:StringEquals"]["dynamodb:Attributes"]
+    assert REPAIR_MARKER in condition

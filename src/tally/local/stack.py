@@ -49,6 +49,8 @@ ALERT_INBOX = "alert-inbox"
 RECHECK_QUEUE = "rechecks"
 RECHECK_DEAD_LETTER_QUEUE = "rechecks-dead-letter"
 STREAM_FAILURE_QUEUE = "stream-failures"
+# Athena does not run locally: the audit query function only names the database in its SQL.
+ATHENA_DATABASE = "tally_audit_local"
 
 REGION = "us-east-1"
 # Fixed dummy credentials, in clients and exports alike: no real key ever reaches a local
@@ -135,6 +137,7 @@ class LocalStack:
             "RecheckQueue": self.recheck_queue_url,
             "RecheckDeadLetterQueue": self.recheck_dead_letter_queue_url,
             "StreamFailureQueue": self.stream_failure_queue_url,
+            "AuditDatabase": ATHENA_DATABASE,
         }
 
     def client(self, service: Service) -> Any:
@@ -202,6 +205,7 @@ def sam_env(stack: LocalStack) -> dict[str, dict[str, str]]:
         "DYNAMODB_ENDPOINT": stack.dynamodb_endpoint,
         "SNS_ENDPOINT": stack.moto_endpoint,
         "SQS_ENDPOINT": stack.moto_endpoint,
+        "ATHENA_DATABASE": ATHENA_DATABASE,
     }
     return {
         spec.logical_id: {name: values[name] for name in spec.environment if name in values}
