@@ -51,7 +51,8 @@ def dynamodb_endpoint() -> Iterator[str]:
     if endpoint:
         yield endpoint
         return
-    with DynamoDBLocal() as ddb:
+    # A ceiling, not a wait: the JVM answers in seconds, but a busy shared machine is slower.
+    with DynamoDBLocal(startup_timeout=120) as ddb:
         yield ddb.endpoint
 
 

@@ -34,18 +34,11 @@ repair = "auto"
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel `pip install .` builds, installed into a directory of its own."""
-    work = tmp_path_factory.mktemp("install")
+    """`pip install .`: the wheel built from the checkout, installed into a directory of its own."""
+    site = tmp_path_factory.mktemp("install") / "site"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = (work / "dist").glob("tally_reconciler-*.whl")
-    site = work / "site"
-    subprocess.run(
-        [*pip, "install", "--no-deps", "--target", str(site), str(wheel)],
+        [*pip, "install", "--no-deps", "--no-build-isolation", "--target", str(site), str(ROOT)],
         check=True,
         capture_output=True,
     )

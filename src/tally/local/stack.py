@@ -79,6 +79,9 @@ _QUEUE_ATTRIBUTES = frozenset(
 _LOCALLY_IGNORED = frozenset({"KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds"})
 
 _PROBE = Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1})
+# Whether a recorded stack still answers: its processes run (checked first), so only a slow
+# answer is left to wait for, and a busy machine must not pass for a stopped stack.
+_ALIVE = Config(connect_timeout=2, read_timeout=10, retries={"total_max_attempts": 2})
 
 Service = Literal["dynamodb", "dynamodbstreams", "sns", "sqs"]
 
@@ -347,8 +350,8 @@ def answers(stack: LocalStack) -> bool:
     """Whether the recorded processes are still ours and every endpoint answers."""
     if not all(processes.runs(pid, m, str(port)) for _, pid, m, port in _recorded(stack)):
         return False
-    ddb = _client("dynamodb", stack.dynamodb_endpoint, _PROBE)
-    sqs = _client("sqs", stack.moto_endpoint, _PROBE)
+    ddb = _client("dynamodb", stack.dynamodb_endpoint, _ALIVE)
+    sqs = _client("sqs", stack.moto_endpoint, _ALIVE)
     return _probe(partial(ddb.list_tables, Limit=1)) and _probe(sqs.list_queues)
 
 
