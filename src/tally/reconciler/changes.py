@@ -18,7 +18,6 @@ from boto3.dynamodb.types import TypeDeserializer
 from tally.reconciler.findings import Evidence, timestamp
 from tally.rules import (
     REPAIR_MARKER,
-    CollectionMembers,
     CountRule,
     IndexMembers,
     Key,
@@ -156,8 +155,8 @@ def _fold(record: Mapping[str, Any], rules: RuleSet, batch: Batch) -> None:
             _fold_child(group, record, keys, old, new, sequence_number, at)
         else:
             number = (
-                _member_number(rules, match.rule, keys, old),
-                _member_number(rules, match.rule, keys, new),
+                _member_number(match.rule, keys, old),
+                _member_number(match.rule, keys, new),
             )
             _fold_member(group, event, keys, number, sequence_number, at)
 
@@ -249,17 +248,14 @@ def _fold_member(
         group.inserted[after] += 1
 
 
-def _member_number(
-    rules: RuleSet, rule: AnyRule, keys: Key, image: Mapping[str, Any]
-) -> int | None:
+def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | None:
     """The number a member image holds (None: no image, or not a member of this sequence)."""
     assert isinstance(rule, SequenceRule)
     if not image:
         return None
-    if isinstance(rule.members, CollectionMembers):
-        assert rules.table.sort_key is not None
-        return rule.member_number(keys[rules.table.sort_key])
-    members: IndexMembers = rule.members
+    members = rule.members
+    if not isinstance(members, IndexMembers):
+        return rule.member_number(keys[members.attribute])
     if _attr(image, members.sequence_attribute) != rule.sequence_name:
         return None
     number = _attr(image, members.number)
@@ -298,8 +294,8 @@ def _shown(value: Any) -> Any:
 
 
 def _keys(raw: Mapping[str, Any]) -> Key:
-    # Rules match string keys only; reading {"S": ...} directly keeps the hot path cheap.
-    keys = {name: value["S"] for name, value in raw.items()}
+    # Key values stay text, numbers as DynamoDB writes them: no deserializer on the hot path.
+    keys = {name: value.get("S") or value["N"] for name, value in raw.items()}
     if not keys:
         raise ValueError("stream record has no keys")
     return keys

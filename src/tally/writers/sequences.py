@@ -26,7 +26,14 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
-from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet, SequenceRule
+from tally.rules import (
+    CollectionMembers,
+    IndexMembers,
+    Key,
+    PartitionMembers,
+    RuleSet,
+    SequenceRule,
+)
 from tally.writers.errors import CounterBehindError, InvalidCounterError
 from tally.writers.transactions import number_or_none, retrying
 
@@ -102,6 +109,11 @@ class SequenceAllocator:
                 raise ValueError(f"field 'count' must be 1..{MAX_BLOCK} for a block, got {count}")
         elif count != 1:
             raise ValueError(f"field 'count' must be 1 for the {strategy} strategy, got {count}")
+        if strategy == "sortkey" and isinstance(rule.members, PartitionMembers):
+            raise ValueError(
+                f"field 'strategy': 'sortkey' queries the counter's collection; rule "
+                f"{rule.name!r} keeps each member in a partition of its own"
+            )
         if isinstance(rule.members, IndexMembers):
             if member_key is None:
                 raise ValueError(
@@ -137,7 +149,7 @@ class SequenceAllocator:
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
-                Key=serialize(request.counter_key),
+                Key=self._key(request.counter_key),
                 UpdateExpression="ADD " + ", ".join(adds),
                 ConditionExpression=f"attribute_not_exists({names[rule.counter]}) OR "
                 f"attribute_type({names[rule.counter]}, :number)",
@@ -166,7 +178,7 @@ class SequenceAllocator:
             try:
                 self.client.put_item(
                     TableName=self.table_name,
-                    Item=serialize(member),
+                    Item=self._key(member),
                     ConditionExpression=f"attribute_not_exists({names[self._pk]})",
                     ExpressionAttributeNames=names.expression_names,
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -247,14 +259,18 @@ class SequenceAllocator:
         members = request.rule.members
         assert isinstance(members, CollectionMembers) and self._sk is not None
         names = Names.of(self._pk, self._sk)
+        span = request.rule.member_pattern(self.rules.table)[self._sk]
+        # Members of a number sort key are the positive numbers; of a string one, the prefix.
+        condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
+        counter = self.rules.table.typed(request.counter_key)
         response = self.client.query(
             TableName=self.table_name,
             KeyConditionExpression=(
-                f"{names[self._pk]} = :pk AND begins_with({names[self._sk]}, :prefix)"
+                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
             ),
             ExpressionAttributeNames=names.expression_names,
             ExpressionAttributeValues=serialize(
-                {":pk": request.counter_key[self._pk], ":prefix": members.prefix}
+                {":pk": counter[self._pk], ":start": Decimal(0) if span.numeric else span.value}
             ),
             ScanIndexForward=False,
             ConsistentRead=True,
@@ -268,11 +284,15 @@ class SequenceAllocator:
 
     # --- shared -------------------------------------------------------------------------
 
+    def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The item (or key) serialized, number key attributes as numbers."""
+        return serialize(self.rules.table.typed(item))
+
     def _read_counter(self, request: _Request) -> int:
         names = Names.of(request.rule.counter)
         response = self.client.get_item(
             TableName=self.table_name,
-            Key=serialize(request.counter_key),
+            Key=self._key(request.counter_key),
             ConsistentRead=True,
             ProjectionExpression=names[request.rule.counter],
             ExpressionAttributeNames=names.expression_names,
@@ -319,7 +339,7 @@ class SequenceAllocator:
         return {
             "Update": {
                 "TableName": self.table_name,
-                "Key": serialize(request.counter_key),
+                "Key": self._key(request.counter_key),
                 "UpdateExpression": update,
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": names.subset(rule.counter, rule.revision),
@@ -332,7 +352,7 @@ class SequenceAllocator:
         return {
             "Put": {
                 "TableName": self.table_name,
-                "Item": serialize(member),
+                "Item": self._key(member),
                 "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.subset(self._pk),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

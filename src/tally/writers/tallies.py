@@ -17,7 +17,7 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
-from tally.rules import CountRule, Key, RuleSet, SumRule
+from tally.rules import CountRule, Key, RuleSet, SumRule, TableKeys
 from tally.writers.errors import ParentNotFoundError
 from tally.writers.transactions import number_or_none, retrying
 
@@ -41,9 +41,10 @@ def parent_update(
     parent_key: Key,
     rule: CountRule | SumRule,
     delta: Decimal,
-    partition_key: str,
+    keys: TableKeys,
 ) -> dict[str, Any]:
     """ADD delta to the counter and 1 to the revision, only on an existing, numeric parent."""
+    partition_key = keys.partition_key
     names = Names.of(partition_key, rule.counter, rule.revision)
     adds = [f"{names[rule.counter]} :delta"]
     guards = [f"attribute_exists({names[partition_key]})"]
@@ -58,7 +59,7 @@ def parent_update(
     return {
         "Update": {
             "TableName": table,
-            "Key": serialize(parent_key),
+            "Key": serialize(keys.typed(parent_key)),
             "UpdateExpression": "ADD " + ", ".join(adds),
             "ConditionExpression": " AND ".join(guards),
             "ExpressionAttributeNames": names.expression_names,
@@ -93,6 +94,7 @@ class TallyWriter:
         self.table_name = table_name
         self.rules = rules
         self.backoff = backoff or Backoff()
+        self._keys = rules.table
         self._pk = rules.table.partition_key
 
     def add_child(
@@ -112,12 +114,12 @@ class TallyWriter:
         child = {
             "Put": {
                 "TableName": self.table_name,
-                "Item": serialize(item),
+                "Item": serialize(self._keys.typed(item)),
                 "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        items = [child, parent_update(self.table_name, match.parent_key, rule, delta, self._pk)]
+        items = [child, parent_update(self.table_name, match.parent_key, rule, delta, self._keys)]
         try:
             return self._commit(items, "add", key, idempotency_key, item)
         except Cancelled as cancelled:
@@ -191,7 +193,7 @@ class TallyWriter:
         names = Names.of(self._pk, rule.summed if isinstance(rule, SumRule) else None)
         child: dict[str, Any] = {
             "TableName": self.table_name,
-            "Key": serialize(key),
+            "Key": serialize(self._keys.typed(key)),
             "ExpressionAttributeNames": names.expression_names,
         }
         condition = f"attribute_exists({names[self._pk]})"
@@ -211,7 +213,7 @@ class TallyWriter:
             assert isinstance(rule, SumRule)
             child["UpdateExpression"] = f"SET {names[rule.summed]} = :new"
             entry = {"Update": child}
-        items = [entry, parent_update(self.table_name, parent_key, rule, delta, self._pk)]
+        items = [entry, parent_update(self.table_name, parent_key, rule, delta, self._keys)]
         try:
             result = self._commit(items, operation, key, idempotency_key, {"old": old, "new": new})
         except Cancelled as cancelled:
@@ -223,7 +225,7 @@ class TallyWriter:
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         response = self.client.get_item(
-            TableName=self.table_name, Key=serialize(key), ConsistentRead=True
+            TableName=self.table_name, Key=serialize(self._keys.typed(key)), ConsistentRead=True
         )
         return deserialize(response["Item"]) if "Item" in response else None
 
