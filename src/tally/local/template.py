@@ -79,6 +79,41 @@ def load_template(path: Path) -> dict[str, Any]:
     return template
 
 
+def conditions(template: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[str, bool]:
+    """The template's Conditions, evaluated against the parameter values."""
+    raw: Mapping[str, Any] = template.get("Conditions", {})
+    done: dict[str, bool] = {}
+
+    def operand(node: Any) -> Any:
+        if isinstance(node, Mapping) and set(node) == {"Ref"} and node["Ref"] in parameters:
+            return parameters[node["Ref"]]
+        if isinstance(node, str | int | float | bool):
+            return str(node)
+        raise ValueError(f"condition operand {node!r} cannot be evaluated locally")
+
+    def evaluate(node: Any) -> bool:
+        if isinstance(node, Mapping) and len(node) == 1:
+            ((function, args),) = node.items()
+            if function == "Condition":
+                return named(args)
+            if function == "Fn::Equals":
+                return bool(operand(args[0]) == operand(args[1]))
+            if function == "Fn::Not":
+                return not evaluate(args[0])
+            if function == "Fn::And":
+                return all(evaluate(arg) for arg in args)
+            if function == "Fn::Or":
+                return any(evaluate(arg) for arg in args)
+        raise ValueError(f"condition {node!r} cannot be evaluated locally")
+
+    def named(name: str) -> bool:
+        if name not in done:
+            done[name] = evaluate(raw[name])
+        return done[name]
+
+    return {name: named(name) for name in raw}
+
+
 def resource(template: Mapping[str, Any], logical_id: str, kind: str) -> dict[str, Any]:
     """The template's resource ``logical_id``; an error naming it if absent or not ``kind``."""
     found = template.get("Resources", {}).get(logical_id)
