@@ -1,8 +1,9 @@
-"""The ``tally`` command: local stack, stream pump, audit, alerts and replay.
+"""The ``tally`` command: local stack, stream pump, audit, alerts, replay and rules.
 
 Commands work on the local stack (``tally local up``), on a deployed stack
 (``--stack NAME``), or on whatever ``TABLE_NAME``/``AUDIT_TABLE_NAME``/... the environment
-already names.
+already names. The rules file is ``--rules``, else ``RULES_FILE``, else the local stack's,
+else the bundled example.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
 from tally.local.template import TEMPLATE_PATH
+from tally.rules import DEFAULT_RULES_FILE, RulesFileError
 
 STATE_DIR = Path(os.environ.get("TALLY_STATE_DIR") or local_stack.DEFAULT_STATE_DIR)
 
@@ -32,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except (dynamodb_local.DynamoDBLocalUnavailable, local_stack.LocalStackError) as error:
         print(f"tally: {error}", file=sys.stderr)
         return 1
+    except RulesFileError as error:
+        print(f"tally: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return code
@@ -46,9 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     local.add_argument(
         "--sam", action="store_true", help="with env: a `sam local invoke --env-vars` file"
     )
+    local.add_argument("--template", type=Path, help="with up: the table from your template")
+    local.add_argument("--table-id", help="with --template: its table's logical id (Table)")
+    rules_option(local)
     local.set_defaults(run=_local)
 
     pump = commands.add_parser("pump", help="play Lambda's stream and queue triggers locally")
+    rules_option(pump)
     pump.add_argument("--until-idle", action="store_true", help="stop once drained")
     pump.add_argument("--max-seconds", type=float, default=300.0)
     pump.set_defaults(run=_pump)
@@ -62,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--segments", type=int, default=4, help="parallel scan segments")
     audit.add_argument("--json", action="store_true", help="the report as JSON")
     _target(audit)
+    rules_option(audit)
     audit.set_defaults(run=_audit)
 
     alerts = commands.add_parser("alerts", help="alerts the local subscriber received")
@@ -71,12 +81,18 @@ def _parser() -> argparse.ArgumentParser:
 
     replay = commands.add_parser("replay", help="re-verify what landed on the on-failure queue")
     _target(replay)
+    rules_option(replay)
     replay.set_defaults(run=_replay)
 
     invoke = commands.add_parser("invoke", help="invoke a template function in process")
     invoke.add_argument("function", help="logical id, e.g. ReconcilerFunction")
     invoke.add_argument("event", type=Path, help="event JSON file, e.g. from events/")
+    rules_option(invoke)
     invoke.set_defaults(run=_invoke)
+
+    from tally.cli_rules import register
+
+    register(commands)
 
     demo = commands.add_parser("demo", help="the end-to-end demo on the local stack")
     demo.add_argument("--keep", action="store_true", help="leave the local stack running")
@@ -92,12 +108,35 @@ def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", help="a deployed stack's name (default: the local stack)")
 
 
+def rules_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules", type=Path, help="the rules file (default: $RULES_FILE, else the stack's)"
+    )
+
+
+def rules_file(options: argparse.Namespace) -> Path | None:
+    """The rules file the user named (``--rules``, else ``RULES_FILE``), or None."""
+    given = getattr(options, "rules", None) or os.environ.get("RULES_FILE")
+    return Path(given).resolve() if given else None
+
+
 # --- local stack and pump ---------------------------------------------------------------
 
 
 def _local(options: argparse.Namespace) -> int:
+    if options.action != "up" and (options.template or options.table_id):
+        print("tally: --template and --table-id go with `tally local up`", file=sys.stderr)
+        return 2
+    if options.table_id and not options.template:
+        print("tally: --table-id names a table of --template FILE", file=sys.stderr)
+        return 2
     if options.action == "up":
-        stack = local_stack.up(STATE_DIR)
+        stack = local_stack.up(
+            STATE_DIR,
+            rules_file=rules_file(options),
+            template=options.template,
+            table_id=options.table_id or "Table",
+        )
         state = "already running" if stack.already_running else "up"
         print(
             f"local stack {state}: DynamoDB Local {stack.dynamodb_endpoint}, "
@@ -142,7 +181,12 @@ def _running() -> local_stack.LocalStack:
 def _pump(options: argparse.Namespace) -> int:
     from tally.local import runner
 
-    pump = runner.pump(_running(), STATE_DIR, say=lambda line: print(line, file=sys.stderr))
+    pump = runner.pump(
+        _running(),
+        STATE_DIR,
+        say=lambda line: print(line, file=sys.stderr),
+        rules_file=rules_file(options),
+    )
     try:
         if options.until_idle:
             report = pump.until_idle(options.max_seconds)
@@ -163,8 +207,9 @@ def _pump(options: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _environment(stack_name: str | None) -> Iterator[None]:
-    """The target's variables (deployed stack, local stack, or the current environment)."""
+def environment(stack_name: str | None, rules: Path | None) -> Iterator[None]:
+    """The target's variables (deployed stack, local stack, or the current environment),
+    and the rules file: ``rules`` if given, else the local stack's, else the bundled one."""
     from tally.local.functions import environ
 
     if stack_name:
@@ -173,7 +218,9 @@ def _environment(stack_name: str | None) -> Iterator[None]:
         values = local_stack.env(local)
     else:
         values = {}
-    values.setdefault("RULES_FILE", str(TEMPLATE_PATH.parent / "src" / "rules.toml"))
+    if rules is not None:
+        values["RULES_FILE"] = str(rules)
+    values.setdefault("RULES_FILE", str(DEFAULT_RULES_FILE))
     with environ(values):
         yield
 
@@ -198,7 +245,7 @@ def _audit(options: argparse.Namespace) -> int:
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
 
-    with _environment(options.stack):
+    with environment(options.stack, rules_file(options)):
         checker = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
         checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
@@ -293,7 +340,7 @@ def _alerts(options: argparse.Namespace) -> int:
 def _replay(options: argparse.Namespace) -> int:
     from tally.reconciler.replay import replay
 
-    with _environment(options.stack):
+    with environment(options.stack, rules_file(options)):
         outcome = replay(say=lambda line: print(line, file=sys.stderr))
     print(json.dumps(outcome))
     return 0 if not outcome["failed"] else 1
@@ -303,7 +350,8 @@ def _invoke(options: argparse.Namespace) -> int:
     from tally.local import runner
 
     event = json.loads(options.event.read_text())
-    response = runner.invoker(_running(), options.function)(event)
+    invoke = runner.invoker(_running(), options.function, rules_file=rules_file(options))
+    response = invoke(event)
     print(json.dumps(response, indent=2, default=str))
     return 0
 

@@ -34,12 +34,20 @@ class LocalContext:
 
 
 def invoker(
-    stack: LocalStack, logical_id: str, template: Mapping[str, Any] | None = None
+    stack: LocalStack,
+    logical_id: str,
+    template: Mapping[str, Any] | None = None,
+    rules_file: Path | None = None,
 ) -> Invoke:
-    """Call the handler the template names, with the template's environment, locally."""
+    """Call the handler the template names, with the template's environment, locally.
+
+    The functions load the stack's rules file, or ``rules_file`` when given.
+    """
     template = template or load_template(TEMPLATE_PATH)
     spec = function(template, logical_id)
     values = environment(template, logical_id, stack.names()) | local_stack.env(stack)
+    if rules_file is not None:
+        values["RULES_FILE"] = str(rules_file)
     handler = spec.load()
     log = stack.state_dir / FUNCTION_LOG
 
@@ -64,7 +72,9 @@ def _logs_to(out: TextIO) -> Iterator[None]:
         handler.setStream(stream)  # type: ignore[attr-defined]
 
 
-def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
+def pump(
+    stack: LocalStack, state_dir: Path, say: Say | None = None, rules_file: Path | None = None
+) -> Pump:
     """A pump wired as template.yaml wires the stream and the recheck queue."""
     template = load_template(TEMPLATE_PATH)
     spec = function(template, "ReconcilerFunction")
@@ -79,8 +89,8 @@ def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
         reader.resume(json.loads(checkpoint.read_text()))
     return Pump(
         reader,
-        invoker(stack, "ReconcilerFunction", template),
-        invoker(stack, "RecheckFunction", template),
+        invoker(stack, "ReconcilerFunction", template, rules_file),
+        invoker(stack, "RecheckFunction", template, rules_file),
         stack.client("sqs"),
         names["RecheckQueue"],
         names["StreamFailureQueue"],
