@@ -293,13 +293,8 @@ class Match:
 ParentOf = Callable[[Mapping[str, Any]], Key]
 
 
-@dataclass(frozen=True)
-class _Compiled:
-    rule: AnyRule
-    parent: Checks
-    role: Role
-    claimed: Checks
-    parent_of: ParentOf
+# A rule compiled for classify: rule, parent checks, role, claimed checks, parent key of a claim.
+_Compiled = tuple[AnyRule, Checks, Role, Checks, ParentOf]
 
 
 class RuleSet:
@@ -326,11 +321,11 @@ class RuleSet:
         if self._compiled is None:
             self._compiled = [self._compile(rule) for rule in self.rules]
         matches: list[Match] = []
-        for c in self._compiled:
-            if checks_pass(c.parent, key):
-                matches.append(Match(c.rule, "parent", self.key_of(key)))
-            elif checks_pass(c.claimed, key):
-                matches.append(Match(c.rule, c.role, c.parent_of(key)))
+        for rule, parent, role, claimed, parent_of in self._compiled:
+            if checks_pass(parent, key):
+                matches.append(Match(rule, "parent", self.key_of(key)))
+            elif checks_pass(claimed, key):
+                matches.append(Match(rule, role, parent_of(key)))
         return matches
 
     def _compile(self, rule: AnyRule) -> _Compiled:
@@ -340,8 +335,12 @@ class RuleSet:
         pk = keys.partition_key
         if isinstance(rule, SequenceRule) and not isinstance(rule.members, CollectionMembers):
             counter = rule.exact_parent(keys)
-            return _Compiled(
-                rule, parent, "member", _checks(rule.member_pattern(keys)), lambda _: dict(counter)
+            return (
+                rule,
+                parent,
+                "member",
+                _checks(rule.member_pattern(keys)),
+                lambda _: dict(counter),
             )
         assert keys.sort_key is not None
         sk, parent_sk = keys.sort_key, rule.exact_parent(keys).get(keys.sort_key, "")
@@ -355,8 +354,8 @@ class RuleSet:
                 return {pk: key[pk], sk: parent_sk}
 
         if isinstance(rule, SequenceRule):
-            return _Compiled(rule, parent, "member", _checks(rule.member_pattern(keys)), parent_of)
-        return _Compiled(rule, parent, "child", _checks(rule.child_pattern(keys)), parent_of)
+            return rule, parent, "member", _checks(rule.member_pattern(keys)), parent_of
+        return rule, parent, "child", _checks(rule.child_pattern(keys)), parent_of
 
     def child_match(self, key: Mapping[str, Any]) -> Match:
         """The count or sum rule this key is a child of; ValueError naming the key if none."""
