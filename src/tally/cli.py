@@ -69,10 +69,23 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--repair", action="store_true", help="repair (rules in auto mode)")
     mode.add_argument("--dry-run", action="store_true", help="show repairs, write none (default)")
     audit.add_argument("--segments", type=int, default=4, help="parallel scan segments")
+    audit.add_argument(
+        "--engine",
+        choices=["scan", "duckdb"],
+        default="scan",
+        help="scan the table (read capacity), or query an export with DuckDB (none)",
+    )
+    audit.add_argument("--export", type=Path, help="with --engine duckdb: the export to audit")
     audit.add_argument("--json", action="store_true", help="the report as JSON")
     _target(audit)
     rules_option(audit)
     audit.set_defaults(run=_audit)
+
+    export = commands.add_parser("export", help="write the table in DynamoDB's export layout")
+    export.add_argument("--out", type=Path, required=True, help="directory to write it under")
+    export.add_argument("--segments", type=int, default=4, help="parallel scan segments")
+    _target(export)
+    export.set_defaults(run=_export)
 
     alerts = commands.add_parser("alerts", help="alerts the local subscriber received")
     alerts.add_argument("--follow", action="store_true", help="keep printing new ones")
@@ -187,20 +200,21 @@ def _pump(options: argparse.Namespace) -> int:
         say=lambda line: print(line, file=sys.stderr),
         rules_file=rules_file(options),
     )
-    try:
+    with runner.stopped_by_signals(pump):
         if options.until_idle:
             report = pump.until_idle(options.max_seconds)
+            state = "idle" if report.idle else "stopped before idle"
             print(
-                f"pump: idle. {report.records} records, {report.batches} batches, "
+                f"pump: {state}. {report.records} records, {report.batches} batches, "
                 f"{report.retries} retries, {report.sent_to_failure_queue} to the on-failure "
                 f"queue, {report.rechecks} rechecks done, {report.pending_rechecks} not yet due",
                 file=sys.stderr,
             )
+            if not report.idle and not pump.stop_signal:
+                return 1
         else:
             pump.forever()
-    finally:
-        runner.save_checkpoint(pump, STATE_DIR)
-    return 0
+    return runner.exit_code(pump)
 
 
 # --- operator commands -------------------------------------------------------------------
@@ -245,23 +259,57 @@ def _audit(options: argparse.Namespace) -> int:
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
 
+    if (options.engine == "duckdb") != (options.export is not None) or (
+        options.parent and options.export
+    ):
+        print("tally: --export goes with --engine duckdb (and not with --parent)", file=sys.stderr)
+        return 2
+    export = None
+    if options.export is not None:
+        from tally.local.exports import ExportError, read_export
+
+        try:
+            export = read_export(options.export)
+        except ExportError as error:
+            print(f"tally: {error}", file=sys.stderr)
+            return 2
+        print(f"auditing export {export.export_id} ({export.item_count} items)", file=sys.stderr)
     with environment(options.stack, rules_file(options)):
         checker = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
         checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
-        bar = _ProgressBar()
-        report = full_audit(
-            checker,
-            rule=options.rule,
-            parent=_key(options.parent) if options.parent else None,
-            segments=options.segments,
-            progress=bar.advance,
-        )
-        bar.done()
+        if export is not None:
+            from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
+
+            try:
+                report = duckdb_audit(checker, export, rule=options.rule)
+            except DuckDBMissing as error:
+                print(f"tally: {error}", file=sys.stderr)
+                return 1
+        else:
+            bar = _ProgressBar()
+            report = full_audit(
+                checker,
+                rule=options.rule,
+                parent=_key(options.parent) if options.parent else None,
+                segments=options.segments,
+                progress=bar.advance,
+            )
+            bar.done()
     if options.json:
         print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in checker.log]}))
         return 0
     print(_audit_table(report.as_json(), checker.log))
+    return 0
+
+
+def _export(options: argparse.Namespace) -> int:
+    from tally.local.exports import export_table
+
+    with environment(options.stack, None):
+        export = export_table(options.out, segments=options.segments)
+    print(f"exported {export.item_count} items to", file=sys.stderr)
+    print(export.directory)
     return 0
 
 
@@ -312,8 +360,11 @@ def _audit_table(report: dict[str, Any], findings: list[Any]) -> str:
         )
     total = sum(report["findings"].values())
     lines.append("-" * 56)
+    export = report["export"]
+    scanned = f"{report['items_scanned']} items scanned"
+    read = f"{export['items']} items exported" if export else scanned
     lines.append(
-        f"{report['items_scanned']} items scanned, {report['recounted']} parents recounted, "
+        f"{read}, {report['recounted']} parents recounted, "
         f"{total} findings, {report['seconds']} s" + ("" if total else ": clean")
     )
     return "\n".join(lines)

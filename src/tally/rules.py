@@ -67,11 +67,15 @@ class TableKeys(_Strict):
     sort_key: Annotated[str, Field(min_length=1)] | None = None
     partition_key_type: KeyType = "S"
     sort_key_type: KeyType = "S"
+    # The table's TTL attribute, if it has one: writers keep it off items an expiry would break.
+    ttl_attribute: Annotated[str, Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TableKeys:
         if self.sort_key == self.partition_key:
             raise ValueError("sort_key must differ from partition_key")
+        if self.ttl_attribute is not None and self.ttl_attribute in self.names:
+            raise ValueError("ttl_attribute must not be a key attribute")
         if self.sort_key is None and "sort_key_type" in self.model_fields_set:
             raise ValueError("sort_key_type is set but the table has no sort_key")
         return self

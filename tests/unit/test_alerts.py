@@ -1,4 +1,4 @@
-"""Alert publishing against moto: SNS topic -> SQS subscriber, de-duplicated by the store."""
+"""Alert publishing against moto: outbox -> SNS topic -> SQS subscriber."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from moto import mock_aws
 
 from tally.local.template import TEMPLATE_PATH, create_table, load_template
 from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.findings import Finding, Repair
+from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore
+from tally.reconciler.findings import AlertMessage, Finding, Repair
 
 TABLE = "audit"
 
@@ -77,12 +77,29 @@ def drift(stored: int = 7, actual: int = 5) -> Finding:
     )
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def queued(stack: Stack, finding: Finding, occurrence: str = "1") -> AlertMessage:
+    """The finding's alert written to the outbox, as a repair's transaction writes it."""
+    message = AlertMessage.of(finding, finding.alert_id(occurrence))
+    assert stack.store.enqueue([stack.store.outbox_put(message)])
+    return message
+
+
 def test_a_finding_reaches_subscribers_as_its_body_and_attributes(stack: Stack) -> None:
     finding = drift()
-    assert stack.publisher().publish(finding) is True
+    message = queued(stack, finding)
+    stack.publisher().send(message)
 
     [envelope] = stack.received()
-    assert json.loads(envelope["Message"]) == finding.body()
+    assert json.loads(envelope["Message"]) == finding.body(message.alert_id)
+    assert json.loads(envelope["Message"])["alert_id"] == message.alert_id
     assert envelope["Subject"] == finding.subject()
     attributes = {name: a["Value"] for name, a in envelope["MessageAttributes"].items()}
     assert attributes == {
@@ -91,31 +108,53 @@ def test_a_finding_reaches_subscribers_as_its_body_and_attributes(stack: Stack) 
         "severity": "warning",
         "repair": "applied",
     }
+    assert stack.store.pending_alerts() == []
 
 
-def test_the_same_finding_alerts_once(stack: Stack) -> None:
-    publisher = stack.publisher()
-    assert publisher.publish(drift()) is True
-    assert publisher.publish(drift()) is False
-    # Another process (a redelivered batch on a fresh container) shares the claim.
-    assert stack.publisher().publish(drift()) is False
+def test_a_failed_publish_stays_pending_and_the_next_flush_sends_it(stack: Stack) -> None:
+    message = queued(stack, drift())
+    missing = stack.topic_arn.replace("tally-alerts", "no-such-topic")
+    with pytest.raises(ClientError):
+        stack.publisher(missing).send(message)
+    assert stack.received() == []
 
+    assert stack.publisher().flush() == (1, [])  # the lease was given back: no wait
+    [envelope] = stack.received()
+    assert json.loads(envelope["Message"])["alert_id"] == message.alert_id
+    assert stack.publisher().flush() == (0, [])
+
+
+def test_an_alert_that_cannot_be_sent_never_holds_back_the_others(stack: Stack) -> None:
+    broken = AlertMessage("a0", "subject", "{}", {"kind": {"DataType": "Nope", "StringValue": ""}})
+    assert stack.store.enqueue([stack.store.outbox_put(broken)])
+    stack.store.release_alert("a0")
+    queued(stack, drift(9, 5), "2")
+    stack.store.release_alert(drift(9, 5).alert_id("2"))
+    sent, errors = stack.publisher().flush()
+    assert sent == 1 and len(errors) == 1 and "a0" in errors[0]
     assert len(stack.received()) == 1
 
 
-def test_different_findings_alert_separately(stack: Stack) -> None:
-    publisher = stack.publisher()
-    assert publisher.publish(drift(7, 5)) is True
-    assert publisher.publish(drift(8, 5)) is True
+def test_a_subject_is_printable_ascii_whatever_the_key_holds() -> None:
+    finding = Finding(
+        kind="drift",
+        rule="likes",
+        table="t",
+        key={"PK": "POST#x\n\u00e9", "SK": "META"},
+        attribute="likeTally",
+        stored=Decimal(1),
+        actual=Decimal(0),
+    )
+    assert all(" " <= c <= "~" for c in finding.subject())
 
-    assert len(stack.received()) == 2
 
-
-def test_a_failed_publish_releases_the_claim_for_the_retry(stack: Stack) -> None:
-    missing = stack.topic_arn.replace("tally-alerts", "no-such-topic")
-    with pytest.raises(ClientError):
-        stack.publisher(missing).publish(drift())
-    assert stack.received() == []
-
-    assert stack.publisher().publish(drift()) is True
+def test_a_flush_leaves_alerts_whose_writer_still_holds_the_lease(stack: Stack) -> None:
+    clock = Clock()
+    store = AuditStore(stack.store.client, TABLE, clock)
+    message = AlertMessage.of(drift(), "a1")
+    assert store.enqueue([store.outbox_put(message)])
+    publisher = AlertPublisher(stack.sns, stack.topic_arn, store)
+    assert publisher.flush() == (0, [])
+    clock.now += LEASE_SECONDS + 1  # its writer died before publishing
+    assert publisher.flush() == (1, [])
     assert len(stack.received()) == 1

@@ -1,4 +1,4 @@
-"""The audit store against moto: idempotent findings, claims, watermarks, transactional logs."""
+"""The audit store against moto: findings, standing slots, the outbox, markers, watermarks."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from moto import mock_aws
 
 from tally.dynamodb import serialize
 from tally.local.template import TEMPLATE_PATH, create_table, load_template
-from tally.reconciler.audit_store import ALERT_TTL, AuditStore
-from tally.reconciler.findings import Finding, Repair
+from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore
+from tally.reconciler.findings import AlertMessage, Finding, Repair
 
 TABLE = "audit"
 KEY = {"PK": "POST#a91f", "SK": "META"}
@@ -61,14 +61,18 @@ def drift(stored: int = 7, actual: int = 5, **overrides: Any) -> Finding:
     return Finding(**(fields | overrides))
 
 
+def record(store: AuditStore, finding: Finding) -> None:
+    assert store.enqueue([store.finding_put(finding)])
+
+
 def items(client: Any) -> list[dict[str, Any]]:
     return list(client.scan(TableName=TABLE, ConsistentRead=True)["Items"])
 
 
 def test_a_finding_is_stored_once_under_its_parent(store: AuditStore, client: Any) -> None:
     finding = drift(first_seen="2024-05-01T10:00:00.000Z")
-    store.record_finding(finding)
-    store.record_finding(finding)
+    record(store, finding)
+    record(store, finding)
 
     [item] = items(client)
     assert item["PK"] == {"S": 'PARENT#likes#{"PK":"POST#a91f","SK":"META"}'}
@@ -81,8 +85,8 @@ def test_a_finding_is_stored_once_under_its_parent(store: AuditStore, client: An
 
 
 def test_the_parent_key_is_canonical_whatever_the_key_order(store: AuditStore) -> None:
-    store.record_finding(drift(key={"SK": "META", "PK": "POST#a91f"}))
-    store.record_finding(drift(key=KEY, detected_at="2030-01-01T00:00:00.000Z"))
+    record(store, drift(key={"SK": "META", "PK": "POST#a91f"}))
+    record(store, drift(key=KEY, detected_at="2030-01-01T00:00:00.000Z"))
 
     assert len(store.findings()) == 1
 
@@ -93,7 +97,7 @@ def test_findings_come_back_newest_first_with_parsed_bodies(store: AuditStore) -
     void = Repair("applied", "VOID tombstone written", None, "VOID")
     gap = drift(3, 5, kind="gap", number=4, detected_at="2024-05-03T10:00:00.000Z", repair=void)
     for finding in (old, gap, new):
-        store.record_finding(finding)
+        record(store, finding)
     store.record_repair(old, Repair("skipped", "rule is alert-only"))
 
     found = store.findings()
@@ -120,32 +124,60 @@ class OnePerPage:
 def test_findings_and_repairs_follow_scan_pages(client: Any, clock: Clock) -> None:
     store = AuditStore(OnePerPage(client), TABLE, clock)
     for stored in range(6, 10):
-        store.record_finding(drift(stored, 5))
+        record(store, drift(stored, 5))
         store.record_repair(drift(stored, 5), Repair("skipped", "alert-only"))
-        store.claim_alert(f"f{stored}")
 
     assert sorted(f["stored"] for f in store.findings()) == [6, 7, 8, 9]
     assert len(store.repairs()) == 4
 
 
-def test_an_alert_is_claimed_once_until_released(store: AuditStore) -> None:
-    assert store.claim_alert("f1") is True
-    assert store.claim_alert("f1") is False
-    assert store.claim_alert("f2") is True
-
-    store.release_alert("f1")
-    assert store.claim_alert("f1") is True
+def alert(store: AuditStore, finding: Finding, remind: int = 0) -> bool:
+    message = AlertMessage.of(finding, finding.alert_id(finding.detected_at))
+    return store.enqueue([store.standing_put(finding, remind), store.outbox_put(message)])
 
 
-def test_an_expired_claim_does_not_block_even_before_ttl_deletes_it(
+def test_a_standing_finding_is_alerted_once_until_it_changes(store: AuditStore) -> None:
+    skipped = Repair("skipped", "alert-only")
+    assert alert(store, drift(7, 5, repair=skipped)) is True
+    assert alert(store, drift(7, 5, repair=skipped)) is False  # redelivered
+    assert alert(store, drift(8, 6, repair=skipped)) is False  # same offset: still standing
+    assert alert(store, drift(9, 5, repair=skipped)) is True  # a new drift
+    assert alert(store, drift(9, 5, repair=Repair("dry_run", "dry run"))) is True  # new outcome
+    store.clear_standing("likes", KEY)
+    assert alert(store, drift(9, 5, repair=Repair("dry_run", "dry run"))) is True
+
+
+def test_gaps_stand_one_per_number(store: AuditStore) -> None:
+    def gap(number: int) -> Finding:
+        return drift(kind="gap", number=number)
+
+    assert [alert(store, gap(n)) for n in (2, 3, 2)] == [True, True, False]
+
+
+def test_a_reminder_period_alerts_a_standing_finding_again(store: AuditStore, clock: Clock) -> None:
+    assert alert(store, drift(), remind=3600) is True
+    clock.now += 3600
+    assert alert(store, drift(), remind=3600) is False  # due at this very second: not yet
+    clock.now += 1
+    assert alert(store, drift(), remind=3600) is True
+
+
+def test_a_pending_alert_is_leased_to_one_publisher_at_a_time(
     store: AuditStore, clock: Clock
 ) -> None:
-    assert store.claim_alert("f1") is True
-    clock.now += ALERT_TTL
-    assert store.claim_alert("f1") is False  # expires at this very second: still held
-    clock.now += 1
-    assert store.claim_alert("f1") is True
-    assert store.claim_alert("f1") is False
+    message = AlertMessage("a1", "subject", "{}", {})
+    assert store.enqueue([store.outbox_put(message)])
+    assert store.pending_alerts() == []  # its writer holds the lease
+    clock.now += LEASE_SECONDS + 1
+    assert [a["SK"] for a in store.pending_alerts()] == ["a1"]
+    assert store.lease_alert("a1") is True
+    assert store.lease_alert("a1") is False
+    store.release_alert("a1")
+    assert store.lease_alert("a1") is True
+    store.alert_sent("a1")
+    clock.now += LEASE_SECONDS + 1
+    assert store.pending_alerts() == []
+    assert store.lease_alert("a1") is False
 
 
 def test_the_watermark_only_moves_forward(store: AuditStore) -> None:
@@ -212,15 +244,24 @@ def test_repairs_without_a_table_write_are_logged_newest_first(
     assert store.findings() == []
 
 
-def test_a_ttl_marker_lets_a_decrement_commit_once(store: AuditStore, client: Any) -> None:
-    marker = store.ttl_marker_put("event-1")
+def test_a_marker_commits_once_and_confirms_one_record_on_its_key(
+    store: AuditStore, client: Any
+) -> None:
+    marker = store.marker_put("r:1", KEY, {"likeTally": Decimal("3.0")})
     client.transact_write_items(TransactItems=[_set_counter(-1), marker])
     with pytest.raises(ClientError):
         client.transact_write_items(TransactItems=[_set_counter(-1), marker])
-    client.transact_write_items(TransactItems=[_set_counter(-1), store.ttl_marker_put("event-2")])
-
     counter = client.get_item(TableName=TABLE, Key=serialize({"PK": "COUNTER", "SK": "X"}))
-    assert counter["Item"]["hits"] == {"N": "-2"}
-    markers = [i for i in items(client) if i["PK"]["S"].startswith("TTL#")]
-    assert {m["SK"]["S"] for m in markers} == {"APPLIED"}
-    assert {m["expiresAt"]["N"] for m in markers} == {str(1_700_000_000 + 2 * 86_400)}
+    assert counter["Item"]["hits"] == {"N": "-1"}
+
+    shown = serialize({"likeTally": Decimal(3), "other": "x"})
+    other_key = {"PK": "POST#b", "SK": "META"}
+    assert store.confirm_marker("r:1", {"SK": "META", "PK": "POST#a91f"}, shown, "100") is True
+    assert store.confirm_marker("r:1", KEY, shown, "100") is True  # the same record again
+    assert store.confirm_marker("r:1", KEY, shown, "200") is False  # a second record: replayed
+    assert store.confirm_marker("r:1", other_key, shown, "100") is False
+    wrong = serialize({"likeTally": Decimal(53)})
+    assert store.confirm_marker("r:1", KEY, wrong, "100") is False  # not what the repair wrote
+    assert store.confirm_marker("forged", KEY, shown, "300") is False
+    [logged] = [i for i in items(client) if i["PK"]["S"].startswith("MARKER#")]
+    assert logged["expiresAt"]["N"] == str(1_700_000_000 + 2 * 86_400)

@@ -159,16 +159,23 @@ def test_a_child_with_a_string_amount_is_invalid() -> None:
     records = [line(1, after="12.50"), counter("total", ORDER, Decimal(0), Decimal("12.50"))]
     group = only(group_records(records, RULES))
     [invalid] = group.invalid
-    assert (invalid.attribute, invalid.value) == ("amount", "12.50")
+    assert (invalid.attribute, invalid.value) == ("amount", "string of 5 characters")
     assert invalid.key == {"PK": "ORDER#17", "SK": "LINE#1"}
     assert not group.balanced
 
 
-@pytest.mark.parametrize("value", ["many", Decimal(-1), Decimal("1.5")])
-def test_a_count_parent_holding_a_non_count_is_invalid(value: Any) -> None:
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("many", "string of 4 characters"),
+        (Decimal(-1), Decimal(-1)),
+        (Decimal("1.5"), Decimal("1.5")),
+    ],
+)
+def test_a_count_parent_holding_a_non_count_is_invalid(value: Any, shown: Any) -> None:
     group = only(group_records([like("1"), tally(0, value)], RULES))
     [invalid] = group.invalid
-    assert (invalid.attribute, invalid.value) == ("likeTally", value)
+    assert (invalid.attribute, invalid.value) == ("likeTally", shown)
     assert invalid.key == POST
     assert not group.balanced
 
@@ -187,7 +194,8 @@ def test_a_counter_advance_with_its_member_inserts_balances() -> None:
     records = [counter("lastIssue", PROJECT, 3, 5), issue(4), issue(5)]
     group = only(group_records(records, RULES))
     assert group.parent_key == PROJECT
-    assert sorted(group.handed_out) == sorted(group.inserted) == [4, 5]
+    assert group.handed_out == [(4, 5)]
+    assert sorted(group.inserted) == [4, 5]
     assert group.counter_seen == 5
     assert group.balanced
 
@@ -197,10 +205,25 @@ def test_a_handed_out_number_without_its_insert_does_not_balance() -> None:
     assert not group.balanced
 
 
-def test_a_counter_going_backwards_is_a_reset() -> None:
+def test_a_counter_going_backwards_is_a_decrease() -> None:
     group = only(group_records([counter("lastIssue", PROJECT, 5, 3)], RULES))
-    assert group.counter_reset
+    [evidence] = group.decreases
+    assert (evidence.old, evidence.new) == (5, 3)
     assert not group.balanced
+
+
+def test_a_huge_counter_jump_is_one_range_not_a_set_of_numbers() -> None:
+    group = only(group_records([counter("lastIssue", PROJECT, 3, Decimal("1E+125"))], RULES))
+    assert group.handed_out == [(4, 10**125)]
+    assert group.horizon == 10**125
+    assert not group.balanced
+
+
+def test_ranges_balance_inserts_in_any_order_and_catch_a_repeat() -> None:
+    records = [counter("lastIssue", PROJECT, 3, 4), counter("lastIssue", PROJECT, 4, 6)]
+    assert only(group_records([*records, issue(6), issue(4), issue(5)], RULES)).balanced
+    assert not only(group_records([*records, issue(4), issue(4), issue(5)], RULES)).balanced
+    assert not only(group_records([*records, issue(4), issue(5), issue(7)], RULES)).balanced
 
 
 def test_a_removed_member_does_not_balance() -> None:
@@ -232,13 +255,14 @@ def test_an_index_member_of_another_sequence_is_ignored() -> None:
 # --- own writes and TTL -----------------------------------------------------------------
 
 
-def test_records_with_a_changed_repair_marker_are_own_writes() -> None:
+def test_records_with_a_changed_repair_marker_are_claims_for_the_audit_table() -> None:
     repair = stream_record("MODIFY", POST, {"likeTally": 2, REPAIR_MARKER: "f1"}, {"likeTally": 9})
     again = stream_record(
         "MODIFY", POST, {"likeTally": 3, REPAIR_MARKER: "f2"}, {"likeTally": 2, REPAIR_MARKER: "f1"}
     )
     batch = group_records([repair, again], RULES)
-    assert batch.own_writes == 2
+    assert [c.marker for c in batch.claims] == ["f1", "f2"]
+    assert batch.own_writes == 0
     assert batch.groups == {}
 
 

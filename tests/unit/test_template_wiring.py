@@ -17,7 +17,7 @@ import pytest
 
 from tally.local.functions import Function, code_root, environment, function, functions
 from tally.local.template import TEMPLATE_PATH, load_template
-from tally.rules import RuleSet, load_rules
+from tally.rules import REPAIR_MARKER, RuleSet, load_rules
 from tally.settings import Settings
 from tally.stream_filter import filter_json
 
@@ -313,3 +313,17 @@ def test_env_file_sets_each_function_s_resource_names_and_only_declared_variable
         assert refs <= set(values), f"{spec.logical_id}: resource names unset: {refs - set(values)}"
         assert all(isinstance(v, str) and v for v in values.values())
         assert Settings.model_validate(values).table_name == values["TABLE_NAME"]
+
+
+def test_the_writer_function_may_not_write_the_repair_marker() -> None:
+    policies = TEMPLATE["Resources"]["WriterFunction"]["Properties"]["Policies"]
+    denied = [
+        statement
+        for policy in policies
+        for statement in policy.get("Statement", [])
+        if statement["Effect"] == "Deny"
+    ]
+    [deny] = denied
+    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= set(deny["Action"])
+    condition = deny["Condition"]["ForAnyValue:StringEquals"]["dynamodb:Attributes"]
+    assert REPAIR_MARKER in condition

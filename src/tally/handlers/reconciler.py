@@ -13,6 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.observability import logger, metrics, tracer
 from tally.reconciler.runtime import emit_metrics, reconciler
+from tally.reconciler.verification import Deadline
 
 
 @logger.inject_lambda_context
@@ -20,7 +21,9 @@ from tally.reconciler.runtime import emit_metrics, reconciler
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     checker = reconciler()
-    failed = checker.verify_batch(event.get("Records") or [])
+    deadline = Deadline(lambda: context.get_remaining_time_in_millis() / 1000)
+    records = event.get("Records") if isinstance(event, dict) else None
+    failed = checker.verify_batch(records if isinstance(records, list) else [], deadline)
     for finding in checker.log:
         logger.warning(
             "finding",

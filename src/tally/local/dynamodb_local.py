@@ -231,7 +231,7 @@ class DynamoDBLocal:
     DynamoDB Local has no option to bind loopback only; it listens on all interfaces.
     """
 
-    def __init__(self, port: int | None = None, startup_timeout: float = 30.0) -> None:
+    def __init__(self, port: int | None = None, startup_timeout: float = 180.0) -> None:
         self.port = port
         self.startup_timeout = startup_timeout
         self.log_path: Path | None = None

@@ -1,4 +1,9 @@
-"""Alerts: one SNS message per finding, de-duplicated through the audit table."""
+"""Alerts: one SNS message per finding, delivered at least once through the outbox.
+
+A finding's alert is written to the audit table's outbox in the same transaction as its
+repair (or its standing slot), then published and marked sent. A publish that fails
+leaves it pending: the next flush (a retried batch, a recheck, the audit) sends it.
+"""
 
 from __future__ import annotations
 
@@ -6,36 +11,51 @@ import json
 from typing import Any
 
 from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.findings import Finding
+from tally.reconciler.findings import AlertMessage
 
 
 class AlertPublisher:
-    """Publishes findings to the alert topic, once per finding and repair outcome.
-
-    A redelivered batch finds the same broken state with the same outcome and stays
-    silent; a later, different outcome (a dry run, then the applied repair) is news.
-    """
+    """Publishes outbox alerts to the alert topic and marks them sent."""
 
     def __init__(self, sns_client: Any, topic_arn: str, store: AuditStore):
         self.sns = sns_client
         self.topic_arn = topic_arn
         self.store = store
 
-    def publish(self, finding: Finding) -> bool:
-        """Publish the finding; False when it was already alerted (a redelivered batch)."""
-        repair = finding.repair.status if finding.repair else "skipped"
-        claim = f"{finding.finding_id}:{repair}"
-        if not self.store.claim_alert(claim):
-            return False
+    def send(self, message: AlertMessage) -> None:
+        """Publish an alert this process just wrote to the outbox (it holds the lease)."""
         try:
-            self.sns.publish(
-                TopicArn=self.topic_arn,
-                Subject=finding.subject(),
-                Message=json.dumps(finding.body()),
-                MessageAttributes=finding.message_attributes(),
-            )
+            self._publish(message)
         except Exception:
-            # A claim kept after a failed publish would silence the retry: the alert would be lost.
-            self.store.release_alert(claim)
+            self.store.release_alert(message.alert_id)
             raise
-        return True
+        self.store.alert_sent(message.alert_id)
+
+    def flush(self) -> tuple[int, list[str]]:
+        """Publish every pending alert whose lease ran out: how many were sent, and why the
+        others were not. One alert that cannot be sent never holds back the rest."""
+        sent, errors = 0, []
+        for item in self.store.pending_alerts():
+            alert_id = str(item["SK"])
+            try:
+                if not self.store.lease_alert(alert_id):
+                    continue  # another publisher took it
+                message = AlertMessage(
+                    alert_id,
+                    str(item["subject"]),
+                    str(item["message"]),
+                    json.loads(item["attributes"]),
+                )
+                self.send(message)
+                sent += 1
+            except Exception as error:
+                errors.append(f"alert {alert_id}: {type(error).__name__}: {error}")
+        return sent, errors
+
+    def _publish(self, message: AlertMessage) -> None:
+        self.sns.publish(
+            TopicArn=self.topic_arn,
+            Subject=message.subject,
+            Message=message.body,
+            MessageAttributes=message.attributes,
+        )

@@ -1,4 +1,5 @@
-"""The audit table: findings, repair log, alert claims, sequence watermarks, TTL markers.
+"""The audit table: findings, repair log, markers, the alert outbox, standing findings and
+sequence watermarks.
 
 This module is the only code that knows the table's key design (docs/audit-table.md).
 The table has no stream, so nothing written here ever reaches the reconciler again.
@@ -10,19 +11,25 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tally.dynamodb import deserialize, serialize
-from tally.reconciler.findings import Finding, Repair
+from tally.dynamodb import Backoff, Cancelled, deserialize, serialize, transact
+from tally.reconciler.findings import AlertMessage, Finding, Repair
 
 DAY = 86_400
 FINDING_TTL = 90 * DAY
 REPAIR_TTL = 365 * DAY
-ALERT_TTL = DAY
 # Longer than the stream's 24 h retention, so no redelivery can outlive its marker.
-TTL_MARKER_TTL = 2 * DAY
+MARKER_TTL = 2 * DAY
+# A pending alert outlives any retry path (stream retries, rechecks, the daily audit).
+OUTBOX_TTL = 14 * DAY
+OUTBOX_PK = "OUTBOX"
+# How long a publisher holds a pending alert before another may take it over.
+LEASE_SECONDS = 60
+NEVER = 2**62
 
 
 class AuditStore:
@@ -35,8 +42,8 @@ class AuditStore:
 
     # --- findings and repair log ---------------------------------------------------------
 
-    def record_finding(self, finding: Finding) -> None:
-        """Store the finding; the same finding id always lands on the same item."""
+    def finding_put(self, finding: Finding) -> dict[str, Any]:
+        """The finding's record as a ``TransactWriteItems`` Put: one item per finding id."""
         body = finding.body()
         item: dict[str, Any] = {
             "PK": _parent_pk(finding),
@@ -56,7 +63,7 @@ class AuditStore:
         }
         if finding.first_seen:
             item["firstSeen"] = finding.first_seen
-        self.client.put_item(TableName=self.table_name, Item=serialize(item))
+        return {"Put": {"TableName": self.table_name, "Item": serialize(item)}}
 
     def repair_put(self, finding: Finding, repair: Repair) -> dict[str, Any]:
         """The repair log entry as a ``TransactWriteItems`` Put, written with the repair."""
@@ -84,19 +91,68 @@ class AuditStore:
         """Every repair log entry, newest first."""
         return sorted(self._scan("REPAIR#"), key=lambda item: str(item["at"]), reverse=True)
 
-    # --- alert de-duplication ------------------------------------------------------------
+    # --- repair markers ------------------------------------------------------------------
 
-    def claim_alert(self, finding_id: str) -> bool:
-        """Claim the right to alert on this finding; False when someone already has."""
-        now = int(self.clock())
-        item = {"PK": f"ALERT#{finding_id}", "SK": "ALERT", "expiresAt": now + ALERT_TTL}
+    def marker_put(
+        self, marker: str, key: Mapping[str, str], written: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A ``TransactWriteItems`` Put logging the marker a repair writes on ``key``, with the
+        values it writes (``written``), which the repair's own stream record must show.
+
+        It fails if the marker was logged before, so a TTL decrement applies once.
+        """
+        item = {
+            "PK": f"MARKER#{marker}",
+            "SK": "MARKER",
+            "target": _key_json(key),
+            "written": json.dumps({k: _canonical(v) for k, v in (written or {}).items()}),
+            "expiresAt": self._expiry(MARKER_TTL),
+        }
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": serialize(item),
+                "ConditionExpression": "attribute_not_exists(PK)",
+            }
+        }
+
+    def confirm_marker(
+        self,
+        marker: str,
+        key: Mapping[str, str],
+        image: Mapping[str, Any],
+        sequence_number: str,
+    ) -> bool:
+        """True when a logged repair wrote this marker on this key with the values ``image``
+        (the record's new image) shows, and this record is the one that claims it.
+
+        Any client can write the marker attribute, even a value it read from a real repair;
+        only the audit table knows which values the reconciler wrote, and each is claimed by
+        one stream record (a redelivery of that record included).
+        """
+        logged = self.client.get_item(
+            TableName=self.table_name,
+            Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
+            ConsistentRead=True,
+        ).get("Item")
+        if logged is None:
+            return False
+        item = deserialize(logged)
+        written = json.loads(item.get("written") or "{}")
         try:
-            self.client.put_item(
+            shown = {name: _canonical(deserialize({name: image[name]})[name]) for name in written}
+        except Exception:
+            return False  # the record does not show what the repair wrote
+        if item.get("target") != _key_json(key) or shown != written:
+            return False
+        try:
+            self.client.update_item(
                 TableName=self.table_name,
-                Item=serialize(item),
-                # TTL deletes lazily: a claim past its expiry must not block a new alert.
-                ConditionExpression="attribute_not_exists(PK) OR expiresAt < :now",
-                ExpressionAttributeValues=serialize({":now": now}),
+                Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
+                UpdateExpression="SET #seen = :seq",
+                ConditionExpression="attribute_not_exists(#seen) OR #seen = :seq",
+                ExpressionAttributeNames={"#seen": "seenSequence"},
+                ExpressionAttributeValues=serialize({":seq": sequence_number}),
             )
         except ClientError as error:
             if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
@@ -104,10 +160,114 @@ class AuditStore:
             raise
         return True
 
-    def release_alert(self, finding_id: str) -> None:
-        """Give a claim back, so that a retry can publish."""
-        key = {"PK": f"ALERT#{finding_id}", "SK": "ALERT"}
+    # --- the alert outbox and standing findings -----------------------------------------
+
+    def outbox_put(self, message: AlertMessage) -> dict[str, Any]:
+        """A pending alert as a ``TransactWriteItems`` Put, leased to the writer that adds it."""
+        now = int(self.clock())
+        item = {
+            "PK": OUTBOX_PK,
+            "SK": message.alert_id,
+            "subject": message.subject,
+            "message": message.body,
+            "attributes": json.dumps(message.attributes, sort_keys=True),
+            "leaseUntil": now + LEASE_SECONDS,
+            "expiresAt": now + OUTBOX_TTL,
+        }
+        return {"Put": {"TableName": self.table_name, "Item": serialize(item)}}
+
+    def standing_put(self, finding: Finding, remind_seconds: int) -> dict[str, Any]:
+        """A Put that fails while the same finding with the same outcome was already alerted.
+
+        The standing slot holds one state per parent (one per number for gaps and
+        duplicates): a changed state replaces it and is news; the same state is news again
+        only after ``remind_seconds`` (0: never).
+        """
+        now = int(self.clock())
+        item = {
+            "PK": _parent_pk(finding),
+            "SK": _standing_sk(finding),
+            "alertKey": finding.alert_key,
+            "remindAt": now + remind_seconds if remind_seconds else NEVER,
+            "expiresAt": now + FINDING_TTL,
+        }
+        return {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": serialize(item),
+                "ConditionExpression": (
+                    "attribute_not_exists(PK) OR alertKey <> :key OR remindAt < :now"
+                ),
+                "ExpressionAttributeValues": serialize({":key": finding.alert_key, ":now": now}),
+            }
+        }
+
+    def standing_delete(self, finding: Finding) -> dict[str, Any]:
+        """A Delete that ends the finding's standing slot (its repair applied)."""
+        key = {"PK": _parent_pk(finding), "SK": _standing_sk(finding)}
+        return {"Delete": {"TableName": self.table_name, "Key": serialize(key)}}
+
+    def clear_standing(self, rule: str, key: Mapping[str, str]) -> None:
+        """The parent was found consistent: a drift it had is over, so its return is news."""
+        slot = {"PK": _pk(rule, key), "SK": f"STANDING#{_STATE}"}
+        self.client.delete_item(TableName=self.table_name, Key=serialize(slot))
+
+    def enqueue(self, items: list[dict[str, Any]]) -> bool:
+        """Write an alert's items in one transaction; False when the standing slot refused it."""
+        try:
+            transact(self.client, items, None, Backoff())
+        except Cancelled:
+            return False
+        return True
+
+    def pending_alerts(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Up to ``limit`` pending alerts whose lease has run out (in alert id order)."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "PK = :pk",
+            "FilterExpression": "leaseUntil < :now",
+            "ExpressionAttributeValues": serialize({":pk": OUTBOX_PK, ":now": int(self.clock())}),
+            "ConsistentRead": True,
+        }
+        found: list[dict[str, Any]] = []
+        while len(found) < limit:
+            response = self.client.query(**request)
+            found += [deserialize(item) for item in response.get("Items", [])]
+            if "LastEvaluatedKey" not in response:
+                break
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return found[:limit]
+
+    def lease_alert(self, alert_id: str) -> bool:
+        """Take a pending alert over for publishing; False when another publisher holds it."""
+        now = int(self.clock())
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=serialize({"PK": OUTBOX_PK, "SK": alert_id}),
+                UpdateExpression="SET leaseUntil = :until",
+                ConditionExpression="attribute_exists(PK) AND leaseUntil < :now",
+                ExpressionAttributeValues=serialize({":now": now, ":until": now + LEASE_SECONDS}),
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def alert_sent(self, alert_id: str) -> None:
+        key = {"PK": OUTBOX_PK, "SK": alert_id}
         self.client.delete_item(TableName=self.table_name, Key=serialize(key))
+
+    def release_alert(self, alert_id: str) -> None:
+        """Give a lease back after a failed publish, so the next retry may publish at once."""
+        self.client.update_item(
+            TableName=self.table_name,
+            Key=serialize({"PK": OUTBOX_PK, "SK": alert_id}),
+            UpdateExpression="SET leaseUntil = :zero",
+            ConditionExpression="attribute_exists(PK)",
+            ExpressionAttributeValues=serialize({":zero": 0}),
+        )
 
     # --- sequence watermarks -------------------------------------------------------------
 
@@ -136,23 +296,6 @@ class AuditStore:
                 return False
             raise
         return True
-
-    # --- TTL decrement markers -----------------------------------------------------------
-
-    def ttl_marker_put(self, event_id: str) -> dict[str, Any]:
-        """A ``TransactWriteItems`` Put that fails if this stream record was applied before."""
-        item = {
-            "PK": f"TTL#{event_id}",
-            "SK": "APPLIED",
-            "expiresAt": self._expiry(TTL_MARKER_TTL),
-        }
-        return {
-            "Put": {
-                "TableName": self.table_name,
-                "Item": serialize(item),
-                "ConditionExpression": "attribute_not_exists(PK)",
-            }
-        }
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -196,12 +339,31 @@ class AuditStore:
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
+def _canonical(value: Any) -> str:
+    """A written value as the stream shows it back (DynamoDB drops a number's trailing zeros)."""
+    return str(value.normalize()) if isinstance(value, Decimal) else json.dumps(value)
+
+
 def _key_json(key: Mapping[str, str]) -> str:
     return json.dumps(dict(key), sort_keys=True, separators=(",", ":"))
 
 
+def _pk(rule: str, key: Mapping[str, str]) -> str:
+    return f"PARENT#{rule}#{_key_json(key)}"
+
+
 def _parent_pk(finding: Finding) -> str:
-    return f"PARENT#{finding.rule}#{_key_json(finding.key)}"
+    return _pk(finding.rule, finding.key)
+
+
+_STATE = "state"
+
+
+def _standing_sk(finding: Finding) -> str:
+    """One slot per parent state; gaps and duplicates have one per number."""
+    if finding.kind in ("gap", "duplicate"):
+        return f"STANDING#{finding.kind}#{finding.number}"
+    return f"STANDING#{_STATE}"
 
 
 def _watermark_key(rule: str, key: Mapping[str, str]) -> dict[str, str]:

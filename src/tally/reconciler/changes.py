@@ -2,11 +2,16 @@
 
 Each record is classified by the rules (parent, child, sequence counter, sequence member,
 or unrelated) and folded into its group: counter deltas on one side, child deltas (or
-member numbers) on the other. Only the attributes a rule names are deserialized.
+member numbers) on the other. Only the attributes a rule names are deserialized. Nothing
+in a record can raise out of here: a record that cannot be read makes its group unbalanced
+(so the table itself is consulted), or, without readable keys, is counted as malformed.
+A record carrying a fresh repair marker is set aside as a claim: whether it is the
+reconciler's own write is for the audit table to say, not the record.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +20,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.reconciler.findings import Evidence, timestamp
+from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.rules import (
     REPAIR_MARKER,
     CountRule,
@@ -62,13 +67,15 @@ class Group:
     parent_key: Key
     counter_delta: Decimal = Decimal(0)
     child_delta: Decimal = Decimal(0)
-    handed_out: Counter[int] = field(default_factory=Counter)
+    # Sequences: the numbers the counter handed out, as ranges (a counter may jump by 10^9).
+    handed_out: list[tuple[int, int]] = field(default_factory=list)
     inserted: Counter[int] = field(default_factory=Counter)
     members_removed: int = 0
-    counter_reset: bool = False
+    decreases: list[Evidence] = field(default_factory=list)
     counter_seen: int = 0
     parent_removed: bool = False
     ttl_removed: bool = False
+    unreadable: int = 0
     invalid: list[Invalid] = field(default_factory=list)
     expiries: list[Expiry] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
@@ -83,19 +90,50 @@ class Group:
     @property
     def balanced(self) -> bool:
         """Step 1 of the protocol: did this batch's writes cancel out exactly?"""
-        if self.invalid or self.parent_removed:
+        if self.invalid or self.parent_removed or self.unreadable:
             return False
         if isinstance(self.rule, SequenceRule):
-            return (
-                not self.counter_reset
-                and not self.members_removed
-                and (self.handed_out == self.inserted)
-            )
+            return not self.decreases and not self.members_removed and self._numbers_match()
         return self.counter_delta == self.child_delta
+
+    def _numbers_match(self) -> bool:
+        """Each number handed out has exactly one member insert, and nothing else was inserted."""
+        handed = sum(high - low + 1 for low, high in self.handed_out)
+        if handed != sum(self.inserted.values()):
+            return False
+        ranges = sorted(self.handed_out)
+        lows = [low for low, _ in ranges]
+        for number, count in self.inserted.items():
+            at = bisect.bisect_right(lows, number) - 1
+            if count != 1 or at < 0 or number > ranges[at][1]:
+                return False
+        return True
+
+    @property
+    def horizon(self) -> int:
+        """Numbers up to here were handed out by the counter before this batch ended.
+
+        A member's own number is no horizon: a member written above the counter (a rogue, a
+        reset) hands out nothing below it, and counter_behind is its finding.
+        """
+        return self.counter_seen
 
     @property
     def first_sequence_number(self) -> str:
         return min(self.sequence_numbers, key=int)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A record whose repair marker changed: the reconciler's own write, if the audit agrees."""
+
+    record: Mapping[str, Any]
+    marker: str
+    keys: Key
+
+    @property
+    def sequence_number(self) -> str:
+        return str(self.record["dynamodb"]["SequenceNumber"])
 
 
 @dataclass
@@ -107,6 +145,7 @@ class Batch:
     skipped: int = 0
     own_writes: int = 0
     malformed: list[str] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
 
     def group(self, match: Match) -> Group:
         id_ = (match.rule.name, _key_id(match.parent_key))
@@ -115,50 +154,79 @@ class Batch:
         return self.groups[id_]
 
 
-def group_records(records: Iterable[Mapping[str, Any]], rules: RuleSet) -> Batch:
+def group_records(records: Iterable[Any], rules: RuleSet) -> Batch:
     """Fold raw stream records (Lambda's event shape) into groups; never raises per record."""
     batch = Batch()
     for record in records:
         batch.records += 1
-        try:
-            _fold(record, rules, batch)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            # A record without keys or sequence number: log it, never block the shard.
-            batch.malformed.append(str(record.get("eventID", "?")))
+        fold_record(batch, record, rules)
     return batch
 
 
-def _fold(record: Mapping[str, Any], rules: RuleSet, batch: Batch) -> None:
-    stream = record["dynamodb"]
-    keys = _keys(stream["Keys"])
-    sequence_number = str(stream["SequenceNumber"])
-    int(sequence_number)  # a sequence number is a decimal string
-    matches = rules.classify(keys)
+def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = False) -> None:
+    """Fold one record into its groups; ``claimed``: its marker claim was already refused."""
+    try:
+        stream = record["dynamodb"]
+        keys = _keys(stream["Keys"])
+        sequence_number = str(stream["SequenceNumber"])
+        int(sequence_number)  # a sequence number is a decimal string
+        matches = rules.classify(keys)
+    except Exception:
+        # Without keys or a sequence number nothing can be verified or retried: log it.
+        event_id = record.get("eventID", "?") if isinstance(record, Mapping) else "?"
+        batch.malformed.append(str(event_id))
+        return
     if not matches:
         batch.skipped += 1
         return
-    new = stream.get("NewImage") or {}
-    old = stream.get("OldImage") or {}
-    if _own_write(old, new):
-        batch.own_writes += 1
-        return
-    event = record["eventName"]
     at = stream.get("ApproximateCreationDateTime")  # formatted only if it ends up in a finding
-    for match in matches:
-        group = batch.group(match)
+    event: str | None = None
+    try:
+        new = stream.get("NewImage") or {}
+        old = stream.get("OldImage") or {}
+        marker = None if claimed else _marker_change(old, new)
+        if marker is not None:
+            batch.claims.append(Claim(record, marker, keys))
+            return
+        event = str(record["eventName"])
+    except Exception:
+        event = None
+    groups = [(batch.group(match), match) for match in matches]
+    for group, match in groups:
         group.sequence_numbers.append(sequence_number)
         if group.first_at is None and at is not None:
             group.first_at = at
-        if match.role == "parent":
-            _fold_parent(group, event, keys, old, new, sequence_number, at)
-        elif match.role == "child":
-            _fold_child(group, record, keys, old, new, sequence_number, at)
-        else:
-            number = (
-                _member_number(match.rule, keys, old),
-                _member_number(match.rule, keys, new),
-            )
-            _fold_member(group, event, keys, number, sequence_number, at)
+        if event is None:
+            group.unreadable += 1
+            continue
+        try:
+            _fold_match(group, match, record, event, keys, old, new, sequence_number, at)
+        except Exception:
+            # A value no writer could have stored (NaN, 39 digits...): let the table decide.
+            group.unreadable += 1
+
+
+def _fold_match(
+    group: Group,
+    match: Match,
+    record: Mapping[str, Any],
+    event: str,
+    keys: Key,
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    sequence_number: str,
+    at: Any,
+) -> None:
+    if match.role == "parent":
+        _fold_parent(group, event, keys, old, new, sequence_number, at)
+    elif match.role == "child":
+        _fold_child(group, record, keys, old, new, sequence_number, at)
+    else:
+        number = (
+            _member_number(match.rule, keys, old),
+            _member_number(match.rule, keys, new),
+        )
+        _fold_member(group, event, keys, number, sequence_number, at)
 
 
 def _fold_parent(
@@ -181,18 +249,19 @@ def _fold_parent(
         return  # the counter did not move: nothing to balance
     group.evidence.append(evidence)
     if not _valid_counter(rule, after):
-        group.invalid.append(Invalid(keys, rule.counter, after, evidence))
+        group.invalid.append(Invalid(keys, rule.counter, shown(after), evidence))
         return
+    # An absent counter reads as 0: a writer (or a rogue) may REMOVE it or put the item anew.
     before_n = before if isinstance(before, Decimal) else Decimal(0)
-    assert isinstance(after, Decimal)
+    after_n = after if isinstance(after, Decimal) else Decimal(0)
     if isinstance(rule, SequenceRule):
-        if after > before_n:
-            group.handed_out.update(range(int(before_n) + 1, int(after) + 1))
-        else:
-            group.counter_reset = True
-        group.counter_seen = max(group.counter_seen, int(after))
+        if after_n > before_n:
+            group.handed_out.append((int(before_n) + 1, int(after_n)))
+        elif after_n < before_n:
+            group.decreases.append(evidence)  # a sequence never goes backwards
+        group.counter_seen = max(group.counter_seen, int(after_n), int(before_n))
     else:
-        group.counter_delta += after - before_n
+        group.counter_delta += after_n - before_n
 
 
 def _fold_child(
@@ -210,7 +279,7 @@ def _fold_child(
         before, after = _amount(old, rule.summed), _amount(new, rule.summed)
         for value, image in ((before, old), (after, new)):
             if value is None and image:
-                invalid = _attr(image, rule.summed)
+                invalid = shown(_attr(image, rule.summed))
                 evidence = Evidence(sequence_number, event, keys, at=at)
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
                 return
@@ -221,8 +290,7 @@ def _fold_child(
         return
     evidence = Evidence(sequence_number, event, keys, at=at)
     group.evidence.append(evidence)
-    if event == "REMOVE" and _by_ttl(record):
-        assert isinstance(rule, CountRule | SumRule)
+    if event == "REMOVE" and _by_ttl(record) and isinstance(rule, CountRule | SumRule):
         if rule.on_ttl_expiry == "decrement":
             group.expiries.append(Expiry(keys, -delta, str(record["eventID"]), evidence))
             return
@@ -250,16 +318,16 @@ def _fold_member(
 
 def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | None:
     """The number a member image holds (None: no image, or not a member of this sequence)."""
-    assert isinstance(rule, SequenceRule)
-    if not image:
+    if not image or not isinstance(rule, SequenceRule):
         return None
     members = rule.members
     if not isinstance(members, IndexMembers):
-        return rule.member_number(keys[members.attribute])
+        value = keys.get(members.attribute)
+        return rule.member_number(value) if value is not None else None
     if _attr(image, members.sequence_attribute) != rule.sequence_name:
         return None
     number = _attr(image, members.number)
-    if isinstance(number, Decimal) and number == int(number) and number > 0:
+    if isinstance(number, Decimal) and number.is_finite() and number == int(number) > 0:
         return int(number)
     return None
 
@@ -288,9 +356,7 @@ def _attr(image: Mapping[str, Any], name: str) -> Any:
 
 
 def _shown(value: Any) -> Any:
-    if value is _MISSING:
-        return None
-    return value if isinstance(value, Decimal | str | bool | int) else type(value).__name__
+    return None if value is _MISSING else shown(value)
 
 
 def _keys(raw: Mapping[str, Any]) -> Key:
@@ -301,13 +367,19 @@ def _keys(raw: Mapping[str, Any]) -> Key:
     return keys
 
 
-def _own_write(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+def _marker_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    """The repair marker this write set, if it set a new one (any client can, so it is a claim)."""
     marker = new.get(REPAIR_MARKER)
-    return marker is not None and marker != old.get(REPAIR_MARKER)
+    if marker is None or marker == old.get(REPAIR_MARKER):
+        return None
+    value = marker.get("S") if isinstance(marker, Mapping) else None
+    return value if isinstance(value, str) else ""
 
 
 def _by_ttl(record: Mapping[str, Any]) -> bool:
     identity = record.get("userIdentity") or {}
+    if not isinstance(identity, Mapping):
+        return False
     return identity.get("type") == "Service" and identity.get("principalId") == TTL_PRINCIPAL
 
 

@@ -22,6 +22,9 @@ Kind = Literal[
 RepairStatus = Literal["applied", "skipped", "failed", "dry_run", "disabled"]
 Severity = Literal["info", "warning", "critical"]
 
+# An alert stays far below SNS's 256 KB however many records a group held.
+MAX_EVIDENCE = 20
+
 SEVERITY: dict[Kind, Severity] = {
     "drift": "warning",
     "gap": "warning",
@@ -83,6 +86,8 @@ class Finding:
     actual: Any
     evidence: tuple[Evidence, ...] = ()
     number: int | None = None
+    through: int | None = None  # a gap summarised as one range: number..through
+    occurrence: str | None = None  # an event's stream position (a counter going down)
     detail: str = ""
     revision: Any = None
     detected_at: str = field(default_factory=lambda: now_iso())
@@ -95,27 +100,51 @@ class Finding:
 
     @property
     def finding_id(self) -> str:
-        """Stable across redelivery: the same broken state gives the same id."""
-        basis = [
-            self.kind,
-            self.rule,
-            self.table,
-            self.key,
-            self.attribute,
-            _plain(self.stored),
-            _plain(self.actual),
-            _plain(self.revision),
-        ]
-        text = json.dumps(basis, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        """The broken state's identity: the same state, redelivered or rechecked, has one id.
+
+        A gap or duplicate is one number (or range); a count or sum finding is its offset
+        (stored - actual), so a standing drift keeps its id while legitimate writes move
+        both sides, and a new drift on the same parent is news.
+        """
+        return _digest(
+            [
+                self.kind,
+                self.rule,
+                self.table,
+                self.key,
+                self.attribute,
+                self.number,
+                self.through,
+                self.occurrence,
+                _plain(self._state()),
+            ]
+        )
+
+    def _state(self) -> Any:
+        if self.kind in ("drift", "ttl_removal") and _numbers(self.stored, self.actual):
+            return (self.stored or Decimal(0)) - self.actual
+        if self.kind in ("gap", "duplicate", "orphans"):
+            return None
+        return [self.stored, self.actual]
+
+    @property
+    def alert_key(self) -> str:
+        """What one alert says: this finding with this repair outcome."""
+        repair = self.repair.status if self.repair else "skipped"
+        return _digest([self.finding_id, repair])
+
+    def alert_id(self, occurrence: str) -> str:
+        """One alert of this finding and outcome: a subscriber drops a repeated copy by it."""
+        return _digest([self.alert_key, occurrence])
 
     def with_repair(self, repair: Repair) -> Finding:
         return replace(self, repair=repair)
 
-    def body(self) -> dict[str, Any]:
+    def body(self, alert_id: str | None = None) -> dict[str, Any]:
         """The alert body (JSON), as documented in docs/alerts.md."""
         repair = self.repair or Repair("skipped", "no repair attempted")
         body: dict[str, Any] = {
+            "alert_id": alert_id or self.alert_key,
             "finding_id": self.finding_id,
             "kind": self.kind,
             "severity": self.severity,
@@ -126,11 +155,15 @@ class Finding:
             "stored": _plain(self.stored),
             "actual": _plain(self.actual),
             "detected_at": self.detected_at,
-            "evidence": [e.as_json() for e in self.evidence],
+            "evidence": [e.as_json() for e in self.evidence[:MAX_EVIDENCE]],
             "repair": repair.as_json(),
         }
+        if len(self.evidence) > MAX_EVIDENCE:
+            body["evidence_omitted"] = len(self.evidence) - MAX_EVIDENCE
         if self.number is not None:
             body["number"] = self.number
+        if self.through is not None:
+            body["through"] = self.through
         if self.detail:
             body["detail"] = self.detail
         if self.first_seen:
@@ -141,11 +174,15 @@ class Finding:
         """A readable SNS Subject (at most 100 characters, as SNS requires)."""
         where = "/".join(self.key.values())
         repair = self.repair.status if self.repair else "skipped"
-        if self.number is not None:
+        if self.through is not None:
+            what = f"numbers {self.number}..{self.through}"
+        elif self.number is not None:
             what = f"number {self.number}"
         else:
             what = f"stored {_short(self.stored)}, actual {_short(self.actual)}"
         text = f"[tally] {self.kind} on {self.rule} {where}: {what} (repair {repair})"
+        # SNS takes printable ASCII only, and any client can put a line break in a key.
+        text = "".join(c if " " <= c <= "~" else "?" for c in text)
         return text if len(text) <= 100 else text[:97] + "..."
 
     def message_attributes(self) -> dict[str, dict[str, str]]:
@@ -154,15 +191,57 @@ class Finding:
         return {name: {"DataType": "String", "StringValue": v} for name, v in values.items()}
 
 
+@dataclass(frozen=True)
+class AlertMessage:
+    """One alert as SNS receives it; ``alert_id`` lets a subscriber drop a repeated copy."""
+
+    alert_id: str
+    subject: str
+    body: str
+    attributes: dict[str, dict[str, str]]
+
+    @classmethod
+    def of(cls, finding: Finding, alert_id: str) -> AlertMessage:
+        return cls(
+            alert_id,
+            finding.subject(),
+            json.dumps(finding.body(alert_id)),
+            finding.message_attributes(),
+        )
+
+
 def timestamp(value: Any) -> str | None:
-    """A stream record's ApproximateCreationDateTime (epoch seconds) as ISO 8601."""
-    if value is None:
+    """A stream record's ApproximateCreationDateTime (epoch seconds) as ISO 8601.
+
+    A value that is no plausible time (forged, out of range) is shown as absent.
+    """
+    try:
+        if isinstance(value, datetime):
+            return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+            moment = datetime.fromtimestamp(float(value), UTC)
+            return moment.isoformat().replace("+00:00", "Z")
+    except (ArithmeticError, ValueError, OverflowError, OSError):
         return None
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, int | float | Decimal):
-        return datetime.fromtimestamp(float(value), UTC).isoformat().replace("+00:00", "Z")
-    return str(value)
+    return None
+
+
+def shown(value: Any) -> Any:
+    """A counter value fit for an alert: numbers as they are, anything else by type and size.
+
+    A counter holding a string or a map may hold personal data; an alert never echoes it.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, Decimal):
+        return value if value.is_finite() else "number (not finite)"
+    if isinstance(value, int):
+        return Decimal(value)
+    names: dict[type, str] = {str: "string", bytes: "binary", dict: "map", list: "list"}
+    kind = names.get(type(value), "set" if isinstance(value, set) else type(value).__name__)
+    unit = "characters" if isinstance(value, str) else "bytes" if kind == "binary" else "entries"
+    size = len(value) if hasattr(value, "__len__") else 0
+    return f"{kind} of {size} {unit}"
 
 
 def now_iso() -> str:
@@ -184,6 +263,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
+
+
+def _numbers(*values: Any) -> bool:
+    return all(v is None or (isinstance(v, Decimal) and v.is_finite()) for v in values)
+
+
+def _digest(basis: list[Any]) -> str:
+    text = json.dumps(basis, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _short(value: Any) -> str:

@@ -18,6 +18,10 @@ class RepairPolicy:
     budget: int = 25
     used: int = field(default=0)
 
+    def writes(self, rule: CountRule | SumRule | SequenceRule) -> bool:
+        """Whether a repair of this rule could be written now (budget aside)."""
+        return rule.repair == "auto" and self.enabled and not self.dry_run
+
     def verdict(
         self, rule: CountRule | SumRule | SequenceRule, before: Any, after: Any
     ) -> Repair | None:

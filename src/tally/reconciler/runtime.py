@@ -6,8 +6,9 @@ from functools import lru_cache
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from botocore.config import Config
 
-from tally.aws import client
+from tally.aws import RETRY_CONFIG, client
 from tally.observability import metrics
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
@@ -25,9 +26,27 @@ def rules() -> RuleSet:
     return load_rules(settings().rules_file)
 
 
+# The outbox retries a failed publish; an SDK retry of a publish whose response was lost
+# would only fan out into copies of the same alert.
+# Bounded calls, so the handler's deadline (it stops starting groups 20 s before the
+# timeout) holds: a stalled call fails within about 3 x 18 s instead of botocore's minutes.
+_BOUNDED = RETRY_CONFIG.merge(
+    Config(
+        connect_timeout=3,
+        read_timeout=15,
+        retries={"mode": "standard", "total_max_attempts": 3},
+    )
+)
+_NO_RETRY = _BOUNDED.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
+
+
 @lru_cache(maxsize=1)
 def _clients() -> tuple[Any, Any, Any]:
-    return client("dynamodb"), client("sns"), client("sqs")
+    return (
+        client("dynamodb", config=_BOUNDED),
+        client("sns", config=_NO_RETRY),
+        client("sqs", config=_BOUNDED),
+    )
 
 
 def reconciler() -> Reconciler:
@@ -42,6 +61,7 @@ def reconciler() -> Reconciler:
         AlertPublisher(sns, env.require("alert_topic_arn"), store),
         RecheckQueue(sqs, env.require("recheck_queue_url")),
         RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
+        remind_seconds=env.alert_reminder_hours * 3600,
     )
 
 

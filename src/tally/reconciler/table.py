@@ -2,12 +2,13 @@
 
 Every read here is strongly consistent (GSI queries excepted: DynamoDB offers none), and
 every write is conditioned on the exact state that was verified, carries the repair
-marker so the stream handler recognises it, and goes in one transaction with its log.
+marker, and goes in one transaction with the audit-table items the caller passes (the
+repair log, the marker's record, the alert), so none of them can exist without the other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -16,7 +17,6 @@ from tally.dynamodb import (
     Backoff,
     Cancelled,
     Names,
-    client_request_token,
     deserialize,
     serialize,
     transact,
@@ -272,9 +272,14 @@ class TallyTable:
             for raw in page["Items"]:
                 item = deserialize(raw)
                 number = item[members.number]
-                if number == int(number):
-                    found.append((int(number), self.rules.key_of(item)))
+                key = self.rules.key_of(item)
+                if self._is_member(rule, key) and number.is_finite() and number == int(number):
+                    found.append((int(number), key))
         return found
+
+    def _is_member(self, rule: SequenceRule, key: Key) -> bool:
+        """Only items the rule's member pattern claims count, whatever attributes others carry."""
+        return any(m.rule is rule and m.role == "member" for m in self.rules.classify(key))
 
     # --- fenced writes -----------------------------------------------------------------
 
@@ -284,13 +289,13 @@ class TallyTable:
         key: Key,
         verified: ParentState,
         value: Decimal,
-        repair_id: str,
-        log_put: Mapping[str, Any],
+        marker: str,
+        logged: Sequence[Mapping[str, Any]],
     ) -> bool:
         """SET counter = value, only if counter and revision still hold what was verified."""
         names = Names.of(rule.counter, rule.revision, REPAIR_MARKER)
         fences = [_fence(names[rule.counter], ":stored", verified.counter)]
-        values: dict[str, Any] = {":value": value, ":marker": repair_id}
+        values: dict[str, Any] = {":value": value, ":marker": marker}
         if verified.counter is not _ABSENT:
             values[":stored"] = verified.counter
         update = f"SET {names[rule.counter]} = :value, {names[REPAIR_MARKER]} = :marker"
@@ -310,15 +315,15 @@ class TallyTable:
                 "ExpressionAttributeValues": serialize(values),
             }
         }
-        return self._fenced([item, log_put], repair_id)
+        return self._fenced([item, *logged])
 
     def decrement(
         self,
         rule: CountRule | SumRule,
         key: Key,
         delta: Decimal,
+        marker: str,
         marker_put: Mapping[str, Any],
-        event_id: str,
     ) -> bool:
         """Apply a TTL expiry's decrement once: the marker put fails on redelivery."""
         names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
@@ -333,27 +338,25 @@ class TallyTable:
                 "ConditionExpression": f"attribute_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.expression_names,
                 "ExpressionAttributeValues": serialize(
-                    {":delta": -delta, ":marker": f"ttl:{event_id}"}
+                    {":delta": -delta, ":marker": marker}
                     | ({":one": Decimal(1)} if rule.revision else {})
                 ),
             }
         }
-        return self._fenced([item, marker_put], f"ttl:{event_id}")
+        return self._fenced([item, marker_put])
 
     def put_void(
         self,
         rule: SequenceRule,
         counter_key: Key,
         number: int,
-        repair_id: str,
-        log_put: Mapping[str, Any],
+        marker: str,
+        logged: Sequence[Mapping[str, Any]],
     ) -> bool:
         """A VOID tombstone for a missing number, only where no member exists."""
-        item: dict[str, Any] = {"void": True, REPAIR_MARKER: repair_id}
-        if not isinstance(rule.members, IndexMembers):
-            item |= self.rules.table.typed(rule.member_key(counter_key, number, self.rules.table))
-        else:
-            item |= self._index_void_key(rule, rule.members, number)
+        item: dict[str, Any] = {"void": True, REPAIR_MARKER: marker}
+        item |= self.rules.table.typed(self.void_key(rule, counter_key, number))
+        if isinstance(rule.members, IndexMembers):
             item |= {
                 rule.members.sequence_attribute: rule.sequence_name,
                 rule.members.number: Decimal(number),
@@ -367,7 +370,7 @@ class TallyTable:
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        return self._fenced([put, log_put], repair_id)
+        return self._fenced([put, *logged])
 
     def _index_void_key(self, rule: SequenceRule, members: IndexMembers, number: int) -> Key:
         pattern = members.key
@@ -388,10 +391,17 @@ class TallyTable:
     def _value(self, key: Key, attribute: str) -> Any:
         return self.rules.table.typed(key)[attribute]
 
-    def _fenced(self, items: list[Any], repair_id: str) -> bool:
-        token = client_request_token("repair", self.name, {"repair": repair_id}, None)
+    def void_key(self, rule: SequenceRule, counter_key: Key, number: int) -> Key:
+        """The key a VOID tombstone for ``number`` is written at."""
+        if not isinstance(rule.members, IndexMembers):
+            return rule.member_key(counter_key, number, self.rules.table)
+        return self._index_void_key(rule, rule.members, number)
+
+    def _fenced(self, items: list[Any]) -> bool:
+        # No derived token: botocore's own token makes its retries idempotent, and each
+        # repair's items (its marker, its log) are unique, so a new repair is never a replay.
         try:
-            transact(self.client, items, token, self.backoff)
+            transact(self.client, items, None, self.backoff)
         except Cancelled:
             return False
         return True

@@ -3,33 +3,42 @@
 1. Fast path: a group whose counter deltas equal its child deltas proves itself; no read.
 2. Settled recount: read the parent, count or sum the children, read the parent again;
    an unchanged revision makes the count a snapshot. Retry, then defer to a recheck.
-3. Repair: SET the counter to the truth, fenced on the verified counter and revision,
-   logged in the same transaction; a failed fence means re-verify, never force.
+3. Repair: SET the counter to the truth, fenced on the verified counter and revision, in
+   one transaction with its log, its marker's record and its alert. A record carrying a
+   repair marker is the reconciler's own only if the audit table logged that marker.
 4. Gaps: an unbalanced sequence waits out its grace period; the recheck is authoritative.
-5. Alerts: one message per finding, with its repair outcome, de-duplicated.
+   A counter that goes down is a finding at once.
+5. Alerts: one message per finding through the outbox, de-duplicated by the finding's
+   identity and outcome.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.changes import Group, group_records
-from tally.reconciler.findings import Finding, Kind, Repair
+from tally.reconciler.changes import Batch, Group, fold_record, group_records
+from tally.reconciler.findings import AlertMessage, Finding, Kind, Repair, shown
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import ParentState, Tally, TallyTable
 from tally.rules import CountRule, Key, RuleSet, SequenceRule, SumRule
 
 TallyRule = CountRule | SumRule
+# Missing runs longer than this are one summarised finding: voiding 10^9 numbers one by
+# one is no repair (the counter jump itself is the fault).
+MAX_VOIDS_PER_GAP = 100
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,17 @@ class Settle:
     # A parent too busy to hold still is looked at again later, not hammered: a hot parent
     # would otherwise cost a full recount per retry for as long as it stays hot.
     defer_seconds: int = 30
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When to stop starting groups: the invocation's time left, and what to keep in hand."""
+
+    remaining_seconds: Callable[[], float]
+    reserve_seconds: float = 20.0
+
+    def near(self) -> bool:
+        return self.remaining_seconds() < self.reserve_seconds
 
 
 @dataclass
@@ -66,6 +86,15 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class Repairing:
+    """One repair write in the making: its marker and what commits with it."""
+
+    marker: str
+    logged: list[dict[str, Any]]
+    message: AlertMessage
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """A settled read: the parent and its children's truth at one moment."""
 
@@ -86,6 +115,7 @@ class Reconciler:
         rechecks: RecheckQueue,
         policy: RepairPolicy,
         settle: Settle | None = None,
+        remind_seconds: int = 0,
     ):
         self.rules = rules
         self.table = table
@@ -94,21 +124,28 @@ class Reconciler:
         self.rechecks = rechecks
         self.policy = policy
         self.settle = settle or Settle()
+        self.remind_seconds = remind_seconds
         self.stats = Stats()
         self.log: list[Finding] = []
 
-    def verify_batch(self, records: Iterable[Mapping[str, Any]]) -> list[str]:
+    def verify_batch(self, records: Iterable[Any], deadline: Deadline | None = None) -> list[str]:
         """Verify one stream batch; return the sequence numbers to report as failed."""
         batch = group_records(records, self.rules)
         self.stats.records += batch.records
         self.stats.skipped += batch.skipped
-        self.stats.own_writes += batch.own_writes
         self.stats.malformed += len(batch.malformed)
-        failed = []
+        self.settle_claims(batch, deadline)
+        failed, looked = [], False
         for group in batch.groups.values():
             if group.rule.repair == "off":
                 continue
+            if deadline is not None and deadline.near():
+                # Better a retried group than a lost partial batch response.
+                failed.append(group.first_sequence_number)
+                self.stats.errors.append(f"{group.rule.name} {group.parent_key}: out of time")
+                continue
             self.stats.groups += 1
+            looked = looked or not group.balanced
             try:
                 self.verify_group(group)
             except Exception as error:
@@ -116,6 +153,8 @@ class Reconciler:
                 failed.append(group.first_sequence_number)
                 where = f"{group.rule.name} {group.parent_key}"
                 self.stats.errors.append(f"{where}: {type(error).__name__}: {error}")
+        if looked and not (deadline is not None and deadline.near()):
+            self.flush_alerts()
         return sorted(failed, key=int)
 
     def verify_group(self, group: Group) -> None:
@@ -129,8 +168,9 @@ class Reconciler:
             self.stats.consistent += 1
             return
         if isinstance(rule, SequenceRule):
+            self.report_decreases(rule, group)
             # Step 4: not a gap yet; the increment and its put may sit in different batches.
-            self.schedule_recheck(rule, group.parent_key, _counter_horizon(group), "unbalanced")
+            self.schedule_recheck(rule, group.parent_key, group.horizon, "unbalanced")
             return
         self.verify_parent(rule, group.parent_key, group)
 
@@ -149,18 +189,21 @@ class Reconciler:
         finding = self.judge(rule, key, snapshot, group)
         if finding is None:
             self.stats.consistent += 1
+            if not self.policy.writes(rule):
+                self.store.clear_standing(rule.name, key)  # a drift that returns is news
             return
-        repaired = self.repair(rule, key, snapshot, finding)
-        if repaired is None:
-            # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
-            if retry_fence:
-                self.verify_parent(rule, key, group, retry_fence=False)
-                return
-            repaired = finding.with_repair(
+        if self.repair(rule, key, snapshot, finding):
+            return
+        # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
+        if retry_fence:
+            self.verify_parent(rule, key, group, retry_fence=False)
+            return
+        self.report(
+            finding.with_repair(
                 Repair("failed", "the parent changed during repair twice; a recheck will follow")
             )
-            self.schedule_recheck(rule, key, 0, "repair fence failed twice")
-        self.report(repaired)
+        )
+        self.schedule_recheck(rule, key, 0, "repair fence failed twice")
 
     def settled_recount(self, rule: TallyRule, key: Key) -> Snapshot | None:
         """A count that is a true snapshot, or None when the parent never held still.
@@ -206,6 +249,7 @@ class Reconciler:
             stored, actual = parent.counter, tally.actual
             if not _valid_counter(rule, stored):
                 kind = "invalid_counter"
+                stored = shown(stored)
             elif (stored if stored is not None else Decimal(0)) == actual:
                 return None
             else:
@@ -224,29 +268,71 @@ class Reconciler:
             first_seen=group.first_seen if group else None,
         )
 
-    # --- step 3: repair ----------------------------------------------------------------
+    # --- step 3: repair ------------------------------------------------------------------
 
-    def repair(
-        self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding
-    ) -> Finding | None:
-        """The finding with its repair outcome, or None when the fence failed."""
+    def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
+        """Repair and report the finding; False when the fence failed (nothing written)."""
         if finding.kind == "orphans":
-            return finding.with_repair(
-                Repair("skipped", "orphaned children are never deleted automatically")
+            self.report(
+                finding.with_repair(
+                    Repair("skipped", "orphaned children are never deleted automatically")
+                )
             )
+            return True
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
-            return finding.with_repair(verdict)
-        repair = Repair(
-            "applied", "counter set to the settled recount", finding.stored, finding.actual
+            self.report(finding.with_repair(verdict))
+            return True
+        repaired = finding.with_repair(
+            Repair("applied", "counter set to the settled recount", finding.stored, finding.actual)
         )
-        log = self.store.repair_put(finding, repair)
+        work = self.repairing(repaired, key, {rule.counter: finding.actual})
         if not self.table.set_counter(
-            rule, key, snapshot.parent, finding.actual, finding.finding_id, log
+            rule, key, snapshot.parent, finding.actual, work.marker, work.logged
         ):
-            return None
+            return False
         self._drift_lived(finding)
-        return finding.with_repair(repair)
+        self.announce(repaired, work.message)
+        return True
+
+    def repairing(self, finding: Finding, target: Key, written: dict[str, Any]) -> Repairing:
+        """A fresh marker for the write of ``written`` on ``target``, and the audit items that
+        commit with it: the repair log, the marker's record, the finding, the end of its
+        standing, the alert."""
+        marker = f"r:{secrets.token_hex(12)}"
+        message = AlertMessage.of(finding, finding.alert_id(marker))
+        logged = [
+            self.store.repair_put(finding, finding.repair or Repair("applied", "")),
+            self.store.marker_put(marker, target, written),
+            self.store.finding_put(finding),
+            self.store.standing_delete(finding),
+            self.store.outbox_put(message),
+        ]
+        return Repairing(marker, logged, message)
+
+    def settle_claims(self, batch: Batch, deadline: Deadline | None = None) -> None:
+        """Records with a fresh repair marker: ours only if the audit table logged the marker.
+
+        Any client can write the marker attribute, so a forged or replayed one is folded
+        like any other write; an unconfirmable claim is folded too (at worst a recount).
+        """
+        for claim in batch.claims:
+            if deadline is not None and deadline.near():
+                fold_record(batch, claim.record, self.rules, claimed=True)  # a recount at worst
+                continue
+            new_image = claim.record["dynamodb"].get("NewImage") or {}
+            try:
+                own = self.store.confirm_marker(
+                    claim.marker, claim.keys, new_image, claim.sequence_number
+                )
+            except ClientError as error:
+                self.stats.errors.append(f"marker {claim.marker}: {error}")
+                own = False
+            if own:
+                batch.own_writes += 1
+            else:
+                fold_record(batch, claim.record, self.rules, claimed=True)
+        self.stats.own_writes += batch.own_writes
 
     def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> None:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""
@@ -259,8 +345,9 @@ class Reconciler:
             group.expiries.clear()
             return
         for expiry in group.expiries:
-            marker = self.store.ttl_marker_put(expiry.event_id)
-            if self.table.decrement(rule, group.parent_key, expiry.delta, marker, expiry.event_id):
+            marker = f"ttl:{expiry.event_id}"
+            logged = self.store.marker_put(marker, group.parent_key)
+            if self.table.decrement(rule, group.parent_key, expiry.delta, marker, logged):
                 self.stats.ttl_decrements += 1
         group.expiries.clear()
 
@@ -273,134 +360,215 @@ class Reconciler:
         self.rechecks.schedule(Recheck(rule.name, key, counter_seen, reason), delay)
         self.stats.rechecks += 1
 
+    def report_decreases(self, rule: SequenceRule, group: Group) -> None:
+        """A sequence never goes backwards: a decrease is a finding now, even if healed later."""
+        for evidence in group.decreases:
+            self.report(
+                Finding(
+                    kind="counter_behind",
+                    rule=rule.name,
+                    table=self.table.name,
+                    key=group.parent_key,
+                    attribute=rule.counter,
+                    stored=evidence.new,
+                    actual=evidence.old,
+                    evidence=(evidence,),
+                    detail=f"the counter went down from {evidence.old} to {evidence.new}",
+                    occurrence=evidence.sequence_number,
+                    first_seen=group.first_seen,
+                    repair=Repair("skipped", "the recheck raises the counter over its members"),
+                )
+            )
+
     def recheck(self, recheck: Recheck) -> None:
-        """The authoritative check of one parent or sequence, after its grace period."""
+        """The authoritative check of one parent or sequence, after its grace period.
+
+        Members are read before the counter, so a number allocated meanwhile can only make
+        the counter look ahead, never behind; gaps are judged only up to the horizon the
+        recheck carries (numbers handed out at least a grace period ago).
+        """
         rule = self.rules[recheck.rule]
         key = dict(recheck.key)
         if not isinstance(rule, SequenceRule):
             self.verify_parent(rule, key, None)
+            self.flush_alerts()
             return
         watermark = self.store.watermark(rule.name, key)
-        counter = self.table.read_parent(rule, key)
         members = self.table.member_numbers(rule, key, above=watermark)
+        counter = self.table.read_parent(rule, key)
         held = Counter(number for number, _ in members)
-        highest = max(held, default=watermark)
         self.stats.checked += 1
-        problems = self._counter_findings(rule, key, counter, highest)
-        problems += self._duplicate_findings(rule, key, held)
-        stored = counter.counter if _valid_counter(rule, counter.counter) else None
-        current = int(stored) if stored is not None else 0
-        horizon = min(current, recheck.counter_seen) if recheck.counter_seen else current
-        for number in range(watermark + 1, horizon + 1):
-            if number not in held:
-                finding = self._gap(rule, key, number, stored, recheck.reason)
-                if finding is None:
-                    held[number] += 1  # the member arrived after all: not a gap
-                    continue
-                if finding.repair and finding.repair.status == "applied":
-                    held[number] += 1
-                problems.append(finding)
-        for finding in problems:
-            self.report(finding)
-        if not problems:
+        found = self.report_counter(rule, key, counter, max(held, default=watermark), recheck)
+        found += self.report_duplicates(rule, key, held)
+        for low, high in _missing(watermark, recheck.counter_seen, held):
+            found += self.report_gap(rule, key, low, high, counter.counter, recheck, held)
+        if not found:
             self.stats.consistent += 1
         contiguous = watermark
-        while contiguous + 1 in held and contiguous + 1 <= horizon:
+        while held[contiguous + 1]:
             contiguous += 1
         if contiguous > watermark:
             self.store.advance_watermark(rule.name, key, contiguous)
+        self.flush_alerts()
 
-    def _counter_findings(
-        self, rule: SequenceRule, key: Key, counter: ParentState, highest: int
-    ) -> list[Finding]:
+    def report_counter(
+        self, rule: SequenceRule, key: Key, counter: ParentState, highest: int, recheck: Recheck
+    ) -> int:
         stored = counter.counter
         valid = _valid_counter(rule, stored)
         if valid and int(stored or 0) >= highest:
-            return []
-        kind: Kind = "counter_behind" if valid else "invalid_counter"
+            return 0
         finding = Finding(
-            kind=kind,
+            kind="counter_behind" if valid else "invalid_counter",
             rule=rule.name,
             table=self.table.name,
             key=key,
             attribute=rule.counter,
-            stored=stored,
+            stored=stored if valid else shown(stored),
             actual=Decimal(highest),
             revision=counter.revision,
             detail="the next number handed out would collide with a member" if valid else "",
         )
-        verdict = self.policy.verdict(rule, stored, Decimal(highest))
+        verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
-            return [finding.with_repair(verdict)]
-        repair = Repair("applied", "counter raised to the highest member", stored, Decimal(highest))
-        log = self.store.repair_put(finding, repair)
-        if self.table.set_counter(rule, key, counter, Decimal(highest), finding.finding_id, log):
-            return [finding.with_repair(repair)]
-        # The counter moved (a writer caught up): re-verify on the next recheck.
-        self.schedule_recheck(rule, key, 0, "counter moved during repair")
-        return []
+            self.report(finding.with_repair(verdict))
+            return 1
+        repaired = finding.with_repair(
+            Repair("applied", "counter raised to the highest member", finding.stored, highest)
+        )
+        work = self.repairing(repaired, key, {rule.counter: Decimal(highest)})
+        if self.table.set_counter(rule, key, counter, Decimal(highest), work.marker, work.logged):
+            self.announce(repaired, work.message)
+            return 1
+        # The counter moved (a writer caught up): look again, over the same horizon.
+        self.schedule_recheck(rule, key, recheck.counter_seen, "counter moved during repair")
+        return 0
 
-    def _duplicate_findings(
-        self, rule: SequenceRule, key: Key, held: Counter[int]
-    ) -> list[Finding]:
-        return [
-            Finding(
-                kind="duplicate",
-                rule=rule.name,
-                table=self.table.name,
-                key=key,
-                attribute=rule.counter,
-                stored=Decimal(count),
-                actual=Decimal(1),
-                number=number,
-                detail=f"{count} members hold number {number}",
-                repair=Repair("skipped", "which member keeps the number is a human decision"),
+    def report_duplicates(self, rule: SequenceRule, key: Key, held: Counter[int]) -> int:
+        duplicated = sorted((n, count) for n, count in held.items() if count > 1)
+        for number, count in duplicated:
+            self.report(
+                Finding(
+                    kind="duplicate",
+                    rule=rule.name,
+                    table=self.table.name,
+                    key=key,
+                    attribute=rule.counter,
+                    stored=Decimal(count),
+                    actual=Decimal(1),
+                    number=number,
+                    detail=f"{count} members hold number {number}",
+                    repair=Repair("skipped", "which member keeps the number is a human decision"),
+                )
             )
-            for number, count in sorted(held.items())
-            if count > 1
-        ]
+        return len(duplicated)
 
-    def _gap(
-        self, rule: SequenceRule, key: Key, number: int, stored: Any, reason: str
-    ) -> Finding | None:
-        """A gap finding with its VOID repair, or None if the member turned up meanwhile."""
-        finding = Finding(
+    def report_gap(
+        self,
+        rule: SequenceRule,
+        key: Key,
+        low: int,
+        high: int,
+        stored: Any,
+        recheck: Recheck,
+        held: Counter[int],
+    ) -> int:
+        """Report the missing run low..high, each number as soon as its repair is decided.
+
+        ``held`` learns the numbers now voided or found, so the watermark can pass them.
+        """
+        base = Finding(
             kind="gap",
             rule=rule.name,
             table=self.table.name,
             key=key,
             attribute=rule.counter,
-            stored=stored,
+            stored=shown(stored),
             actual=None,
-            number=number,
-            detail=f"number {number} is missing after the grace period ({reason})",
+            number=low,
+            detail=f"missing after the grace period ({recheck.reason})",
         )
+        if high - low + 1 > MAX_VOIDS_PER_GAP:
+            why = f"{high - low + 1} numbers missing: too many to void; look at the counter"
+            self.report(replace(base, through=high, repair=Repair("skipped", why)))
+            return 1
+        reported = 0
+        for number in range(low, high + 1):
+            outcome = self.void(rule, key, replace(base, number=number))
+            if outcome != "reported":
+                held[number] += 1  # voided, or the member arrived after all
+            reported += outcome != "arrived"
+        return reported
+
+    def void(self, rule: SequenceRule, key: Key, finding: Finding) -> str:
+        """Void a missing number and report it: "voided", "reported" (no write allowed), or
+        "arrived" (the member turned up meanwhile: no gap)."""
         verdict = self.policy.verdict(rule, None, "VOID")
         if verdict is not None:
-            return finding.with_repair(verdict)
-        repair = Repair("applied", "VOID tombstone written", None, "VOID")
-        log = self.store.repair_put(finding, repair)
-        if not self.table.put_void(rule, key, number, finding.finding_id, log):
-            return None
-        return finding.with_repair(repair)
+            self.report(finding.with_repair(verdict))
+            return "reported"
+        assert finding.number is not None
+        repaired = finding.with_repair(Repair("applied", "VOID tombstone written", None, "VOID"))
+        target = self.table.void_key(rule, key, finding.number)
+        work = self.repairing(repaired, target, {"void": True})
+        if not self.table.put_void(rule, key, finding.number, work.marker, work.logged):
+            return "arrived"
+        self.announce(repaired, work.message)
+        return "voided"
 
     # --- step 5: alerts ------------------------------------------------------------------
 
     def report(self, finding: Finding) -> None:
-        """Store the finding and publish it once; a redelivery finds the claim and stops."""
+        """Alert a finding whose repair wrote nothing, unless it already stands alerted."""
         repair = finding.repair or Repair("skipped", "no repair attempted")
         finding = finding.with_repair(repair)
-        self.stats.findings[finding.kind] += 1
-        self.stats.repairs[repair.status] += 1
-        self.store.record_finding(finding)
-        if self.alerts.publish(finding):
+        message = AlertMessage.of(finding, finding.alert_id(finding.detected_at))
+        items = [
+            self.store.standing_put(finding, self.remind_seconds),
+            self.store.finding_put(finding),
+            self.store.outbox_put(message),
+        ]
+        if self.store.enqueue(items):  # not alerted before: a finding of its own
+            self._count(finding)
+            self.alerts.send(message)
             self.stats.alerts += 1
+
+    def announce(self, finding: Finding, message: AlertMessage) -> None:
+        """Publish the alert an applied repair committed with it."""
+        self._count(finding)
+        self.alerts.send(message)
+        self.stats.alerts += 1
+
+    def flush_alerts(self) -> None:
+        """Send what an earlier failure left in the outbox; a failure here waits for the next."""
+        try:
+            sent, errors = self.alerts.flush()
+        except Exception as error:
+            sent, errors = 0, [f"outbox flush: {type(error).__name__}: {error}"]
+        self.stats.alerts += sent
+        self.stats.errors += errors
+
+    def _count(self, finding: Finding) -> None:
+        status = finding.repair.status if finding.repair else "skipped"
+        self.stats.findings[finding.kind] += 1
+        self.stats.repairs[status] += 1
         self.log.append(finding)
 
     def _drift_lived(self, finding: Finding) -> None:
         if finding.first_seen:
             born = datetime.fromisoformat(finding.first_seen.replace("Z", "+00:00"))
             self.stats.drift_lifetimes.append((datetime.now(UTC) - born).total_seconds())
+
+
+def _missing(watermark: int, horizon: int, held: Mapping[int, int]) -> Iterator[tuple[int, int]]:
+    """Runs of numbers in (watermark, horizon] that no member holds, without listing them."""
+    expected = watermark + 1
+    for number in sorted(n for n in held if watermark < n <= horizon):
+        if number > expected:
+            yield expected, number - 1
+        expected = number + 1
+    if expected <= horizon:
+        yield expected, horizon
 
 
 def _valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
@@ -420,8 +588,3 @@ def _drifted(rule: TallyRule, snapshot: Snapshot) -> bool:
     if not _valid_counter(rule, counter):
         return True
     return (counter if counter is not None else Decimal(0)) != snapshot.tally.actual
-
-
-def _counter_horizon(group: Group) -> int:
-    """Numbers up to here were handed out before this batch ended: judge them after grace."""
-    return max([group.counter_seen, *group.inserted])

@@ -7,25 +7,23 @@
 - ``sortkey`` (seeds 001, 002): query the highest member, put the next one conditionally,
   retry with +1; the counter follows in the same transaction.
 - ``block``: ``gapless`` for k consecutive numbers and their k members in one transaction.
+
+Every request is checked whole before the first write. A lost response changes nothing:
+transactions carry a fresh token per body, so botocore's resend is a replay; the atomic
+counter update carries the call's own marker (``ALLOCATION_MARKER``), so a resend of an
+increment that committed is recognised instead of counted twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.dynamodb import (
-    Backoff,
-    Cancelled,
-    Names,
-    deserialize,
-    serialize,
-    transact,
-)
+from tally.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
 from tally.rules import (
     CollectionMembers,
     IndexMembers,
@@ -34,12 +32,20 @@ from tally.rules import (
     RuleSet,
     SequenceRule,
 )
-from tally.writers.errors import CounterBehindError, InvalidCounterError
-from tally.writers.transactions import number_or_none, retrying
+from tally.writers import items
+from tally.writers.errors import CounterBehindError, InvalidCounterError, InvalidRequestError
+from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.reserved import refuse_reserved, reserved_attributes
+from tally.writers.transactions import new_token, number_or_none, retrying
 
 Strategy = Literal["atomic", "gapless", "sortkey", "block"]
 STRATEGIES: tuple[Strategy, ...] = ("atomic", "gapless", "sortkey", "block")
-MAX_BLOCK = 99  # a transaction holds 100 items: the counter plus at most 99 members
+# A transaction holds 100 items: the counter, an idempotency guard and at most 98 members.
+MAX_BLOCK = 98
+# Set on the counter by each atomic increment: the id of the call that made it.
+ALLOCATION_MARKER = "tallyAllocation"
+_WIDEST = 10**items.MAX_DIGITS - 1  # sizes are checked with the longest number DynamoDB holds
+_TRANSACTION_OVERHEAD = 2048  # the counter update, expression names and values
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,8 @@ class Allocation:
     """Numbers handed out and the members written for them.
 
     ``already_present``: the natural-key member existed; ``numbers`` holds its number, and an
-    ``atomic`` allocation burnt ``wasted`` (a gap the reconciler will void).
+    ``atomic`` allocation burnt ``wasted`` (a gap the reconciler will void). ``replayed``: this
+    call wrote nothing; it answers with what an earlier call under its idempotency key got.
     """
 
     numbers: tuple[int, ...]
@@ -55,6 +62,7 @@ class Allocation:
     outcome: Literal["allocated", "already_present"] = "allocated"
     retries: int = 0
     wasted: tuple[int, ...] = field(default=())
+    replayed: bool = False
 
 
 class SequenceAllocator:
@@ -67,6 +75,7 @@ class SequenceAllocator:
         self.table_name = table_name
         self.rules = rules
         self.backoff = backoff or Backoff()
+        self.guards = Guards(client, table_name, rules, self.backoff)
         self._pk = rules.table.partition_key
         self._sk = rules.table.sort_key
 
@@ -78,71 +87,133 @@ class SequenceAllocator:
         count: int = 1,
         attributes: Mapping[str, Any] | None = None,
         member_key: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> Allocation:
         """Allocate ``count`` numbers (``block`` only; 1 otherwise) and write their members.
 
-        No derived idempotency token here: two writers racing for the same number send
-        identical transactions, and DynamoDB would answer the loser with the winner's
-        success. botocore's own token still covers its retries of one attempt; a caller's
-        retry is idempotent through a natural ``member_key``.
+        Under an ``idempotency_key`` a repeat of the request answers the numbers the first call
+        got, without allocating again.
         """
-        rule = self.rules.counter_match(counter_key).rule
-        assert isinstance(rule, SequenceRule)
-        key = dict(counter_key)
-        self._check_request(rule, strategy, count, member_key)
-        if member_key is not None:
-            self.rules.validate_key(member_key)
-        request = _Request(rule, key, count, dict(attributes or {}), member_key)
+        request = self._request(counter_key, strategy, count, attributes or {}, member_key)
+        keyed = self.guards.request(
+            idempotency_key,
+            "allocate",
+            request.counter_key,
+            strategy,
+            count,
+            request.attributes,
+            request.member_key,
+        )
+        if keyed is not None:
+            record = self.guards.read(keyed)
+            if record is not None:
+                return self._replay(keyed, record)
+            request = replace(request, keyed=keyed)
         if strategy == "atomic":
             return self._atomic(request)
         if strategy == "sortkey":
             return self._sortkey(request)
         return self._gapless(request)
 
-    def _check_request(
+    # --- the request, checked whole -----------------------------------------------------
+
+    def _request(
+        self,
+        counter_key: Mapping[str, str],
+        strategy: str,
+        count: int,
+        attributes: Mapping[str, Any],
+        member_key: Mapping[str, str] | None,
+    ) -> _Request:
+        try:
+            rule = self.rules.counter_match(counter_key).rule
+        except ValueError as error:
+            raise InvalidRequestError(("counter",), str(error)) from None
+        assert isinstance(rule, SequenceRule)
+        items.check_key(counter_key, self.rules.table, ("counter",))
+        self._check_shape(rule, strategy, count, member_key)
+        values = items.attributes(attributes, ("attributes",))
+        refuse_reserved(values, reserved_attributes(self.rules, rule), ("attributes",))
+        key = dict(member_key) if member_key is not None else None
+        request = _Request(rule, dict(counter_key), count, values, key)
+        widest = self._member_item(request, _WIDEST)
+        items.check_key(widest, self.rules.table, ("member_key" if key else "counter",))
+        size = items.check_size(widest, ("attributes",))
+        if count > 1:
+            # The guard repeats each member's key; the counter update rides along.
+            key_size = items.item_size(self.rules.key_of(widest))
+            total = count * (size + key_size + 32) + _TRANSACTION_OVERHEAD
+            if total > items.MAX_TRANSACTION_BYTES:
+                raise InvalidRequestError(
+                    ("count",),
+                    f"{count} members of {size} bytes exceed the "
+                    f"{items.MAX_TRANSACTION_BYTES} bytes one transaction may write",
+                )
+        return request
+
+    def _check_shape(
         self, rule: SequenceRule, strategy: str, count: int, member_key: Mapping[str, str] | None
     ) -> None:
         if strategy not in STRATEGIES:
-            raise ValueError(f"field 'strategy' must be one of {STRATEGIES}, got {strategy!r}")
+            raise InvalidRequestError(
+                ("strategy",), f"must be one of {STRATEGIES}, got {strategy!r}"
+            )
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise InvalidRequestError(("count",), f"must be an integer, got {count!r}")
         if strategy == "block":
             if not 1 <= count <= MAX_BLOCK:
-                raise ValueError(f"field 'count' must be 1..{MAX_BLOCK} for a block, got {count}")
+                raise InvalidRequestError(
+                    ("count",), f"must be 1..{MAX_BLOCK} for a block, got {count}"
+                )
         elif count != 1:
-            raise ValueError(f"field 'count' must be 1 for the {strategy} strategy, got {count}")
+            raise InvalidRequestError(
+                ("count",), f"must be 1 for the {strategy} strategy, got {count}"
+            )
         if strategy == "sortkey" and isinstance(rule.members, PartitionMembers):
-            raise ValueError(
-                f"field 'strategy': 'sortkey' queries the counter's collection; rule "
-                f"{rule.name!r} keeps each member in a partition of its own"
+            raise InvalidRequestError(
+                ("strategy",),
+                f"'sortkey' queries the counter's collection; rule {rule.name!r} keeps each "
+                "member in a partition of its own",
             )
         if isinstance(rule.members, IndexMembers):
-            if member_key is None:
-                raise ValueError(
-                    f"field 'member_key' is required: rule {rule.name!r} members "
-                    "are keyed by a natural key"
-                )
-            if strategy not in ("atomic", "gapless"):
-                raise ValueError(
-                    f"field 'strategy': {strategy!r} needs members in the counter's collection; "
-                    f"rule {rule.name!r} finds them through {rule.members.index!r}"
-                )
-            if not any(
-                m.role == "member" and m.rule is rule for m in self.rules.classify(member_key)
-            ):
-                raise ValueError(
-                    f"field 'member_key': {dict(member_key)} is not a member of rule {rule.name!r}"
-                )
+            self._check_natural_key(rule, strategy, member_key)
         elif member_key is not None:
-            raise ValueError(
-                f"field 'member_key': rule {rule.name!r} derives member keys from the number"
+            raise InvalidRequestError(
+                ("member_key",), f"rule {rule.name!r} derives member keys from the number"
+            )
+
+    def _check_natural_key(
+        self, rule: SequenceRule, strategy: str, member_key: Mapping[str, str] | None
+    ) -> None:
+        field = ("member_key",)
+        if member_key is None:
+            raise InvalidRequestError(
+                field, f"is required: rule {rule.name!r} members are keyed by a natural key"
+            )
+        if strategy not in ("atomic", "gapless"):
+            raise InvalidRequestError(
+                ("strategy",),
+                f"{strategy!r} needs members in the counter's collection; "
+                f"rule {rule.name!r} finds them through {cast(IndexMembers, rule.members).index!r}",
+            )
+        try:
+            self.rules.validate_key(member_key)
+        except ValueError as error:
+            raise InvalidRequestError(field, str(error)) from None
+        if not any(m.role == "member" and m.rule is rule for m in self.rules.classify(member_key)):
+            raise InvalidRequestError(
+                field, f"{dict(member_key)} is not a member of rule {rule.name!r}"
             )
 
     # --- atomic -------------------------------------------------------------------------
 
     def _atomic(self, request: _Request) -> Allocation:
         rule = request.rule
-        names = Names.of(rule.counter, rule.revision)
-        adds = [f"{names[rule.counter]} :count"]
-        values: dict[str, Any] = {":count": Decimal(request.count), ":number": "N"}
+        call = new_token()
+        names = Names.of(rule.counter, rule.revision, ALLOCATION_MARKER)
+        counter, marker = names[rule.counter], names[ALLOCATION_MARKER]
+        adds = [f"{counter} :count"]
+        values: dict[str, Any] = {":count": Decimal(request.count), ":number": "N", ":call": call}
         if rule.revision:
             adds.append(f"{names[rule.revision]} :one")
             values[":one"] = Decimal(1)
@@ -150,46 +221,47 @@ class SequenceAllocator:
             response = self.client.update_item(
                 TableName=self.table_name,
                 Key=self._key(request.counter_key),
-                UpdateExpression="ADD " + ", ".join(adds),
-                ConditionExpression=f"attribute_not_exists({names[rule.counter]}) OR "
-                f"attribute_type({names[rule.counter]}, :number)",
+                UpdateExpression=f"ADD {', '.join(adds)} SET {marker} = :call",
+                ConditionExpression=f"(attribute_not_exists({counter}) OR "
+                f"attribute_type({counter}, :number)) AND "
+                f"(attribute_not_exists({marker}) OR {marker} <> :call)",
                 ExpressionAttributeNames=names.expression_names,
                 ExpressionAttributeValues=serialize(values),
                 ReturnValues="UPDATED_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
+            counted = deserialize(response["Attributes"])
         except ClientError as error:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-            old = deserialize(_item_of(error))
-            raise InvalidCounterError(
-                request.counter_key, rule.counter, old.get(rule.counter)
-            ) from None
-        last = int(deserialize(response["Attributes"])[rule.counter])
-        numbers = tuple(range(last - request.count + 1, last + 1))
-        return self._put_members(request, numbers)
+            counted = deserialize(_item_of(error))
+            if counted.get(ALLOCATION_MARKER) != call:
+                raise InvalidCounterError(
+                    request.counter_key, rule.counter, counted.get(rule.counter)
+                ) from None
+            # Our increment committed and its response was lost: the resend found our marker.
+        last = self._counter_value(request, counted)
+        return self._put_members(request, tuple(range(last - request.count + 1, last + 1)))
 
     def _put_members(self, request: _Request, numbers: tuple[int, ...]) -> Allocation:
-        """Second step of ``atomic``; a crash before it ends leaves the numbers as gaps."""
+        """Second step of ``atomic``; a crash before it ends leaves the numbers as gaps.
+
+        A one-item transaction rather than a PutItem: its token makes botocore's resend after a
+        lost response a replay, where a conditional put would find its own member.
+        """
+        members = [self._member_item(request, number) for number in numbers]
         names = Names.of(self._pk)
-        keys = []
-        for number in numbers:
-            member = self._member_item(request, number)
-            try:
-                self.client.put_item(
-                    TableName=self.table_name,
-                    Item=self._key(member),
-                    ConditionExpression=f"attribute_not_exists({names[self._pk]})",
-                    ExpressionAttributeNames=names.expression_names,
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as error:
-                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                    raise
-                existing = deserialize(_item_of(error))
-                return self._existing(request, existing, number, wasted=numbers)
-            keys.append(self.rules.key_of(member))
-        return Allocation(numbers, tuple(keys))
+        writes = [self._put_absent(member, names) for member in members]
+        writes += self._guard(request, "allocated", numbers, members)
+        try:
+            transact(self.client, writes, new_token(), self.backoff)
+        except Cancelled as cancelled:
+            if request.keyed and (record := self.guards.taken(cancelled, len(members))):
+                return self._replay(request.keyed, record)
+            index = next(i for i in range(len(members)) if cancelled.failed(i))
+            existing = cancelled.old_item(index) or {}
+            return self._existing(request, existing, numbers[index], wasted=numbers)
+        return Allocation(numbers, tuple(self.rules.key_of(m) for m in members))
 
     # --- gapless and block --------------------------------------------------------------
 
@@ -205,18 +277,21 @@ class SequenceAllocator:
                 f" OR attribute_not_exists({counter})" if current == 0 else ""
             )
             values = {":old": Decimal(current), ":new": Decimal(numbers[-1])}
-            items = [
+            writes = [
                 self._set_counter(request, names, ":new", fenced, values),
                 *(self._put_absent(member, names) for member in members),
+                *self._guard(request, "allocated", numbers, members),
             ]
             try:
-                transact(self.client, items, None, self.backoff)
+                transact(self.client, writes, new_token(), self.backoff)
             except Cancelled as cancelled:
+                if request.keyed and (record := self.guards.taken(cancelled, len(members) + 1)):
+                    return self._replay(request.keyed, record)
                 if cancelled.failed(0):
                     # Another writer moved the counter: its old image says where it is now.
                     current = self._counter_value(request, cancelled.old_item(0))
                     continue
-                index = next(i for i in range(1, len(items)) if cancelled.failed(i))
+                index = next(i for i in range(1, len(members) + 1) if cancelled.failed(i))
                 return self._collision(
                     request, cancelled.old_item(index) or {}, numbers[index - 1], attempt
                 )
@@ -237,13 +312,16 @@ class SequenceAllocator:
             names = Names.of(self._pk, rule.counter, rule.revision)
             counter = names[rule.counter]
             below = f"attribute_not_exists({counter}) OR {counter} < :n"
-            items = [
+            writes = [
                 self._put_absent(member, names),
                 self._set_counter(request, names, ":n", below, {":n": Decimal(number)}),
+                *self._guard(request, "allocated", (number,), [member]),
             ]
             try:
-                transact(self.client, items, None, self.backoff)
+                transact(self.client, writes, new_token(), self.backoff)
             except Cancelled as cancelled:
+                if request.keyed and (record := self.guards.taken(cancelled, 2)):
+                    return self._replay(request.keyed, record)
                 if cancelled.failed(0):
                     number += 1  # lost the race for this number: try the next (seed 001)
                 else:
@@ -359,6 +437,19 @@ class SequenceAllocator:
             }
         }
 
+    def _guard(
+        self,
+        request: _Request,
+        outcome: str,
+        numbers: tuple[int, ...],
+        members: list[dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """The idempotency guard's Put for this round's transaction, if the call has a key."""
+        if request.keyed is None:
+            return []
+        keys = [self.rules.key_of(member) for member in members]
+        return [self.guards.put(request.keyed, outcome, numbers, keys)]
+
     def _collision(
         self, request: _Request, existing: Mapping[str, Any], number: int, attempt: int
     ) -> Allocation:
@@ -381,7 +472,17 @@ class SequenceAllocator:
         held = existing.get(members.number)
         numbers = (int(held),) if isinstance(held, Decimal) else ()
         key = self.rules.key_of(existing) if existing else dict(request.member_key or {})
+        if request.keyed and (
+            record := self.guards.record(request.keyed, "already_present", numbers, [key])
+        ):
+            return self._replay(request.keyed, record)
         return Allocation(numbers, (key,), "already_present", retries, wasted)
+
+    def _replay(self, keyed: Keyed, record: Record) -> Allocation:
+        """What the key's first call got; numbers are handed out once, so no re-read."""
+        self.guards.answer(keyed, record)
+        outcome = cast(Literal["allocated", "already_present"], record.outcome)
+        return Allocation(record.numbers, record.member_keys, outcome, replayed=True)
 
 
 @dataclass(frozen=True)
@@ -390,7 +491,8 @@ class _Request:
     counter_key: Key
     count: int
     attributes: dict[str, Any]
-    member_key: Mapping[str, str] | None
+    member_key: Key | None
+    keyed: Keyed | None = None
 
 
 def _item_of(error: ClientError) -> dict[str, Any]:
