@@ -117,7 +117,7 @@ def test_number_sort_keys_group_under_their_project() -> None:
     batch = group_records([issue, counter], PROJECTS)
     [group] = batch.groups.values()
     assert group.parent_key == {"pk": "p1", "sk": "0"}
-    assert group.inserted == {3: 1} and group.handed_out == {3: 1}
+    assert group.inserted == {3: 1} and group.handed_out == [(3, 3)]
     assert group.balanced and not batch.malformed
 
 
@@ -160,7 +160,7 @@ def test_a_count_on_a_number_sort_key_counts_the_positive_numbers(ddb: Any) -> N
 def test_a_void_on_a_number_sort_key_is_a_number(ddb: Any) -> None:
     table = table_for(ddb, PROJECTS, "projects")
     assert table.put_void(
-        sequence(PROJECTS, "issues"), {"pk": "p1", "sk": "0"}, 4, "r1", log_put("r1")
+        sequence(PROJECTS, "issues"), {"pk": "p1", "sk": "0"}, 4, "r1", [log_put("r1")]
     )
     item = ddb.get_item(TableName="projects", Key=serialize({"pk": "p1", "sk": 4}))["Item"]
     assert deserialize(item)["void"] is True
@@ -181,7 +181,7 @@ def test_partition_members_are_read_up_to_the_counter_and_on_while_found(ddb: An
 def test_a_void_in_a_partition_of_its_own(ddb: Any) -> None:
     table = table_for(ddb, ORDERS, "orders")
     rule = sequence(ORDERS, "order-ids")
-    assert table.put_void(rule, {"pk": "orderCounter"}, 3, "r2", log_put("r2"))
+    assert table.put_void(rule, {"pk": "orderCounter"}, 3, "r2", [log_put("r2")])
     assert "Item" in ddb.get_item(TableName="orders", Key=serialize({"pk": "3"}))
     put(ddb, "orders", pk="4")
-    assert not table.put_void(rule, {"pk": "orderCounter"}, 4, "r3", log_put("r3"))
+    assert not table.put_void(rule, {"pk": "orderCounter"}, 4, "r3", [log_put("r3")])

@@ -145,7 +145,7 @@ def test_an_existing_table_gets_no_table_of_ours(existing: dict[str, Any]) -> No
 
 def test_every_function_and_output_names_the_existing_table(existing: dict[str, Any]) -> None:
     functions = by_type(existing, "AWS::Lambda::Function")
-    assert len(functions) == 4
+    assert len(functions) == 6  # reconciler, recheck, audit, writer, audit query, candidates
     for function in functions.values():
         assert function["Properties"]["Environment"]["Variables"]["TABLE_NAME"] == "Social"
     assert existing["Outputs"]["TableName"] == "Social"
