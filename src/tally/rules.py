@@ -419,13 +419,14 @@ def parse_rules(raw: Mapping[str, Any], source: str = "<rules>") -> RuleSet:
     try:
         document = _RulesDocument.model_validate(raw, context={"table": table})
     except ValidationError as error:
-        from tally.rules_validation import describe
-
         raise RulesFileError(describe(error, raw, source)) from None
     rule_set = RuleSet(document.table, list(document.rules))
-    from tally.rules_validation import structural_problems
-
     problems = list(structural_problems(rule_set))
     if problems:
         raise RulesFileError(f"rules file {source}:\n  " + "\n  ".join(problems))
     return rule_set
+
+
+# Bound when this module is imported (it needs the classes above), never at call time: a
+# handler imported afresh must validate with its own module's classes.
+from tally.rules_validation import describe, structural_problems  # noqa: E402

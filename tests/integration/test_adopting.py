@@ -67,7 +67,6 @@ class Adopted:
             assert time.monotonic() < deadline, "the stream and the rechecks never went quiet"
             if not moved:
                 time.sleep(0.5)
-        runner.save_checkpoint(pump, self.state_dir)
 
     def alerts(self) -> list[dict[str, Any]]:
         sqs = self.stack.client("sqs")
