@@ -136,11 +136,12 @@ def checks_pass(checks: Checks, key: Mapping[str, Any]) -> bool:
             if actual.__class__ is not Decimal:
                 return False
             actual = number_text(actual)
-        if mode == EXACT:
-            if actual != value:
-                return False
-        elif mode == PREFIX:
+        # Literal modes (PREFIX, EXACT): no global lookup per check on the hot path.
+        if mode == 1:
             if not actual.startswith(value):
+                return False
+        elif mode == 0:
+            if actual != value:
                 return False
         elif not check_passes(value, mode, actual):
             return False

@@ -361,7 +361,7 @@ def _shown(value: Any) -> Any:
 
 def _keys(raw: Mapping[str, Any]) -> Key:
     # Key values stay text, numbers as DynamoDB writes them: no deserializer on the hot path.
-    keys = {name: value.get("S") or value["N"] for name, value in raw.items()}
+    keys = {name: value["S"] if "S" in value else value["N"] for name, value in raw.items()}
     if not keys:
         raise ValueError("stream record has no keys")
     return keys
