@@ -9,6 +9,7 @@ carry an idempotency key, and some of those are repeated at once.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from tests.utils import deserialize, serialize
 
 RULES = load_rules()
 LOSS = 0.3
-CALLS = 40
+CALLS = int(os.environ.get("TALLY_FAULT_CALLS", "25"))  # per operation; raise it for a long run
 POST = {"PK": "POST#f", "SK": "META"}
 ORDER = {"PK": "ORDER#f", "SK": "META"}
 PROJECT = {"PK": "PROJECT#f", "SK": "COUNTER#ISSUE"}
