@@ -23,6 +23,11 @@ untargeted calls are still counted. The last attempt botocore will make for a ca
 faulted (``spare_last_attempt``), so every call ends with the service's real answer; set it
 to False to let calls fail with the connection error once retries run out.
 
+botocore's retry quota (500 units per client, 10 per timeout retry, refunded only by a
+retried call that ends in a 2xx) still applies: under a sustained high loss rate it runs dry
+and calls fail with the fault's error, as they would in production; give long runs a fresh
+client per phase if that is not what they test.
+
 The client must use botocore's standard retry mode with an explicit ``max_attempts``. The
 hook is a ``before-send`` handler on this one client (any service: DynamoDB, SNS, SQS).
 While installed, botocore's retry backoff sleeps are skipped for every client in the process
