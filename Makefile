@@ -65,7 +65,7 @@ bench-writers: $(STAMP)
 bench-reconciler: $(STAMP)
 	$(PY) benchmarks/bench_reconciler.py
 
-# Scan engine against export + DuckDB on 10^5 and 10^6 items (about 20 minutes on 2 cores).
+# Scan engine against export + DuckDB on 10^5 and 10^6 items; loading DynamoDB Local dominates.
 bench-audit: $(STAMP)
 	$(PY) benchmarks/bench_audit.py
 
