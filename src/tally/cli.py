@@ -1,15 +1,17 @@
-"""The ``tally`` command: local stack, stream pump, audit, alerts and replay.
+"""The ``tally`` command: local stack, stream pump, audit, alerts, replay and rules.
 
 Commands work on the local stack (``tally local up``), on a deployed stack
 (``--stack NAME``), or on whatever ``TABLE_NAME``/``AUDIT_TABLE_NAME``/... the environment
 already names. The project (template.yaml, src/rules.toml) is the working directory's, or
-the one ``--template`` names.
+the one ``--template`` names. The rules file is ``--rules``, else
+``RULES_FILE``, else the local stack's, else the one the template bundles.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -70,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
             parents=[project] if parents else [],
         )
 
-    local = command("local", "start, stop or describe the local stack")
+    local = command("local", "start, stop or describe the local stack", parents=False)
     local.add_argument(
         "action",
         choices=["up", "down", "env"],
@@ -79,9 +81,21 @@ def _parser() -> argparse.ArgumentParser:
     local.add_argument(
         "--sam", action="store_true", help="with env: the `sam local invoke --env-vars` file"
     )
+    local.add_argument(
+        "--template",
+        type=Path,
+        dest="table_template",
+        metavar="PATH",
+        help="with up: the counted table from your own template (default: template.yaml's)",
+    )
+    local.add_argument(
+        "--table-id", metavar="ID", help="with --template: its table's logical id (Table)"
+    )
+    rules_option(local)
     local.set_defaults(run=_local)
 
     pump = command("pump", "play Lambda's stream and recheck-queue triggers locally")
+    rules_option(pump)
     pump.add_argument("--until-idle", action="store_true", help="stop once all is delivered")
     pump.add_argument(
         "--max-seconds",
@@ -151,7 +165,12 @@ def _parser() -> argparse.ArgumentParser:
     invoke = command("invoke", "invoke a template function in process on the local stack")
     invoke.add_argument("function", help="its logical id in template.yaml, e.g. ReconcilerFunction")
     invoke.add_argument("event", type=Path, help="an event JSON file, e.g. from events/")
+    rules_option(invoke)
     invoke.set_defaults(run=_invoke)
+
+    from tally.cli_rules import register
+
+    register(commands)
 
     demo = command("demo", "the end-to-end demo, on a local stack of its own")
     demo.add_argument("--keep", action="store_true", help="leave the demo's stack running")
@@ -175,12 +194,7 @@ def _version() -> str:
 
 def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", metavar="NAME", help="a deployed stack (default: local stack)")
-    parser.add_argument(
-        "--rules",
-        type=Path,
-        metavar="PATH",
-        help="the rules file (default: the one template.yaml bundles, src/rules.toml)",
-    )
+    rules_option(parser)
 
 
 def _segments(text: str) -> int:
@@ -219,13 +233,37 @@ def parse_key(text: str) -> dict[str, str]:
     return key
 
 
+def rules_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules",
+        type=Path,
+        metavar="PATH",
+        help="the rules file (default: $RULES_FILE, else the local stack's, else the bundled ones)",
+    )
+
+
+def rules_file(options: argparse.Namespace) -> Path | None:
+    """The rules file the user named (``--rules``, else ``RULES_FILE``), or None."""
+    given = getattr(options, "rules", None) or os.environ.get("RULES_FILE")
+    return Path(given).resolve() if given else None
+
+
 # --- local stack and pump ---------------------------------------------------------------
 
 
 def _local(options: argparse.Namespace) -> int:
     state_dir = targets.state_dir()
+    if options.action != "up" and (options.table_template or options.table_id):
+        raise UsageError("--template and --table-id go with `tally local up`")
+    if options.table_id and not options.table_template:
+        raise UsageError("--table-id names a table of --template FILE")
     if options.action == "up":
-        stack = local_stack.up(state_dir)
+        stack = local_stack.up(
+            state_dir,
+            rules_file=rules_file(options),
+            template=options.table_template,
+            table_id=options.table_id or "Table",
+        )
         state = "already running" if stack.already_running else "up"
         console.note(
             f"local stack {state}: DynamoDB Local {stack.dynamodb_endpoint}, "
@@ -248,7 +286,9 @@ def _pump(options: argparse.Namespace) -> int:
     from tally.local import runner
 
     state_dir = targets.state_dir()
-    pump = runner.pump(targets.running(state_dir), state_dir, say=console.note)
+    pump = runner.pump(
+        targets.running(state_dir), state_dir, say=console.note, rules_file=rules_file(options)
+    )
     # The checkpoint is saved after every batch; a signal stops after the invocation in flight.
     with runner.stopped_by_signals(pump), console.live(lambda: _pump_status(pump.report)):
         if options.until_idle:
@@ -291,7 +331,7 @@ def _audit(options: argparse.Namespace) -> int:
     if options.export is not None and options.parent is not None:
         raise UsageError("--parent audits one parent by reading the table: not with --export")
     export = _read_export(options.export) if options.export is not None else None
-    with targets.environment(options.stack, options.rules):
+    with targets.environment(options.stack, rules_file(options)):
         rule = _rule(load_rules(), options.rule, options.parent)
         total = targets.item_count()
         checker = runtime.reconciler()
@@ -338,7 +378,7 @@ def _read_export(path: Path) -> Any:
 def _export(options: argparse.Namespace) -> int:
     from tally.local.exports import export_table
 
-    with targets.environment(options.stack, options.rules):
+    with targets.environment(options.stack, rules_file(options)):
         total = targets.item_count()
         try:
             with console.progress("export: items written", total) as advance:
@@ -352,7 +392,7 @@ def _export(options: argparse.Namespace) -> int:
 
 def _rule(rules: Any, name: str | None, parent: dict[str, str] | None) -> str | None:
     """The rule to audit; UsageError for a rule or parent key the rules do not know."""
-    described = "; ".join(f"{r.name} ({console.pattern(r.parent_pattern)})" for r in rules)
+    described = "; ".join(f"{r.name} ({console.pattern(r.parent)})" for r in rules)
     if name is not None:
         if name not in {r.name for r in rules}:
             raise UsageError(f"no rule named {name!r}; the rules: {described}")
@@ -374,7 +414,7 @@ def _rule(rules: Any, name: str | None, parent: dict[str, str] | None) -> str | 
     if name is not None and name not in owners:
         raise UsageError(
             f"{console.pattern(parent)} is not a parent of rule {name!r} "
-            f"({console.pattern(rules[name].parent_pattern)})"
+            f"({console.pattern(rules[name].parent)})"
         )
     if not owners:
         raise UsageError(
@@ -405,7 +445,7 @@ def _alerts(options: argparse.Namespace) -> int:
 def _replay(options: argparse.Namespace) -> int:
     from tally.reconciler.replay import replay
 
-    with targets.environment(options.stack, options.rules):
+    with targets.environment(options.stack, rules_file(options)):
         targets.item_count()
         outcome = replay(say=console.note)
     print(json.dumps(outcome))
@@ -434,7 +474,9 @@ def _invoke(options: argparse.Namespace) -> int:
         f"the local stack; its logs and metrics: {state_dir / runner.FUNCTION_LOG}"
     )
     try:
-        response = runner.invoker(stack, options.function, template)(event)
+        response = runner.invoker(
+            stack, options.function, template, rules_file=rules_file(options)
+        )(event)
     except Exception as error:
         raise Failure(f"{options.function} raised {type(error).__name__}: {error}") from error
     print(json.dumps(response, indent=2, default=str))

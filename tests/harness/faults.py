@@ -23,7 +23,13 @@ untargeted calls are still counted. The last attempt botocore will make for a ca
 faulted (``spare_last_attempt``), so every call ends with the service's real answer; set it
 to False to let calls fail with the connection error once retries run out.
 
-The hook is a ``before-send`` handler on this one client (any service: DynamoDB, SNS, SQS).
+botocore's retry quota (500 units per client, 10 per timeout retry, refunded only by a
+retried call that ends in a 2xx) still applies: under a sustained high loss rate it runs dry
+and calls fail with the fault's error, as they would in production; give long runs a fresh
+client per phase if that is not what they test.
+
+The client must use botocore's standard retry mode with an explicit ``max_attempts``. The
+hook is a ``before-send`` handler on this one client (any service: DynamoDB, SNS, SQS).
 While installed, botocore's retry backoff sleeps are skipped for every client in the process
 (``instant_retries``): retry decisions, attempt limits and the retry quota stay botocore's,
 only the waiting goes, so hundreds of faults fit in a test. Thread-safe.
@@ -89,7 +95,12 @@ class Faults:
         self._lock = threading.Lock()
         self._service = client.meta.service_model.service_id.hyphenize()
         self._protocol = client.meta.service_model.protocol
-        self._max_attempts = int(client.meta.config.retries.get("total_max_attempts") or 1)
+        retries = client.meta.config.retries or {}
+        if retries.get("mode") != "standard" or "total_max_attempts" not in retries:
+            raise ValueError(
+                "give the client Config(retries={'mode': 'standard', 'max_attempts': N})"
+            )
+        self._max_attempts = int(retries["total_max_attempts"])
         self._session: URLLib3Session | None = None
         self._patch: Any = None
 

@@ -108,14 +108,15 @@ def test_the_scan_engine_and_the_export_engine_agree(stack: Stack, tmp_path: Pat
         else:
             duckdb_audit(checker, read_export(tmp_path))
         logs.append(found(checker.log))
-        forget_watermarks(stack)
+        forget_audit_state(stack)
     assert logs[0] == logs[1] == PLANTED
 
 
-def forget_watermarks(stack: Stack) -> None:
-    """The recheck looks above a sequence's watermark only: start the next engine from none."""
-    for item in stack.dynamodb.scan(TableName=stack.audit_table)["Items"]:
-        if item["SK"]["S"] == "WATERMARK":
+def forget_audit_state(stack: Stack) -> None:
+    """Start the next engine afresh: the recheck looks above a sequence's watermark only, and
+    a finding already alerted (its standing slot) is not reported again."""
+    for item in stack.dynamodb.scan(TableName=stack.audit_table, ConsistentRead=True)["Items"]:
+        if item["SK"]["S"] == "WATERMARK" or item["SK"]["S"].startswith("STANDING#"):
             key = {"PK": item["PK"], "SK": item["SK"]}
             stack.dynamodb.delete_item(TableName=stack.audit_table, Key=key)
 

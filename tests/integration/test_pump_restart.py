@@ -67,19 +67,18 @@ def write_posts_with_a_fault_each(stack: Stack) -> None:
 
 def interrupt_after_alert(number: int, times: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """SIGINT this process ``times`` times just after the ``number``th alert: mid-handler."""
-    publish: Callable[[AlertPublisher, Any], bool] = AlertPublisher.publish
+    send: Callable[[AlertPublisher, Any], None] = AlertPublisher.send
     published = 0
 
-    def publish_then_interrupt(self: AlertPublisher, finding: Any) -> bool:
+    def send_then_interrupt(self: AlertPublisher, message: Any) -> None:
         nonlocal published
-        sent = publish(self, finding)
+        send(self, message)
         published += 1
         if published == number:
             for _ in range(times):
                 os.kill(os.getpid(), signal.SIGINT)
-        return sent
 
-    monkeypatch.setattr(AlertPublisher, "publish", publish_then_interrupt)
+    monkeypatch.setattr(AlertPublisher, "send", send_then_interrupt)
 
 
 def drift_alerts(stack: Stack) -> list[str]:

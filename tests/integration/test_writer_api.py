@@ -13,6 +13,7 @@ import tally.settings
 from tally.handlers import writer_api
 from tally.observability import metrics
 from tests.harness.http import invoke
+from tests.harness.tables import throwaway_table
 
 _ser, _de = TypeSerializer(), TypeDeserializer()
 POST = {"PK": "POST#a91f", "SK": "META"}
@@ -23,8 +24,28 @@ LINE = {"PK": "ORDER#17", "SK": "LINE#3"}
 
 @pytest.fixture
 def call(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table_name: str) -> Iterator[Any]:
-    """Invoke the handler; returns (status, parsed JSON body)."""
-    monkeypatch.setenv("TABLE_NAME", table_name)
+    """Invoke the handler on this test's table; returns (status, parsed JSON body)."""
+    yield from _invoker(monkeypatch, dynamodb_endpoint, table_name)
+
+
+@pytest.fixture(scope="module")
+def shared(dynamodb: Any, template: dict[str, Any]) -> Iterator[str]:
+    """One table for requests that are refused: they leave it as it was."""
+    with throwaway_table(dynamodb, template) as name:
+        put(dynamodb, name, {**POST, "likeTally": 0})
+        put(dynamodb, name, {**ORDER, "total": 0})
+        yield name
+
+
+@pytest.fixture
+def call_shared(
+    monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, shared: str
+) -> Iterator[Any]:
+    yield from _invoker(monkeypatch, dynamodb_endpoint, shared)
+
+
+def _invoker(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table: str) -> Iterator[Any]:
+    monkeypatch.setenv("TABLE_NAME", table)
     monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "tally")
@@ -400,13 +421,13 @@ MISTAKES: dict[str, tuple[str, str, Any, tuple[Any, ...]]] = {
 
 @pytest.mark.parametrize("case", MISTAKES)
 def test_a_client_mistake_is_a_422_naming_the_field_and_writes_nothing(
-    case, call, post, order, dynamodb, table_name
+    case, call_shared, dynamodb, shared
 ) -> None:
     method, path, body, loc = MISTAKES[case]
-    before = dynamodb.scan(TableName=table_name, ConsistentRead=True)["Items"]
-    error = refused(call(method, path, body), *loc)
+    before = dynamodb.scan(TableName=shared, ConsistentRead=True)["Items"]
+    error = refused(call_shared(method, path, body), *loc)
     assert error["msg"]
-    assert dynamodb.scan(TableName=table_name, ConsistentRead=True)["Items"] == before
+    assert dynamodb.scan(TableName=shared, ConsistentRead=True)["Items"] == before
 
 
 def test_an_idempotency_key_over_255_characters_is_refused(call, post, dynamodb, table_name):

@@ -17,7 +17,7 @@ from tally.handlers import writer_api
 from tally.reconciler import runtime
 from tally.reconciler.full_audit import full_audit
 from tally.rules import REPAIR_MARKER
-from tally.writers.sequences import STRATEGIES
+from tally.writers.allocations import STRATEGIES
 from tests.harness.http import invoke
 from tests.integration.conftest import Stack
 

@@ -23,8 +23,9 @@ from tally.writers import (
     TallyWriter,
     WriteResult,
 )
+from tests.integration.conftest import RULES_FILE
 
-RULES = load_rules()
+RULES = load_rules(RULES_FILE)
 THREADS = 16
 _ser, _de = TypeSerializer(), TypeDeserializer()
 

@@ -115,3 +115,9 @@ def test_sns_and_sqs_calls_survive_lost_responses_and_throttling(moto_endpoint: 
     )["Attributes"]
     # SendMessage has no idempotency token: each lost response is one more message.
     assert int(attributes["ApproximateNumberOfMessages"]) == 10 + lost
+
+
+def test_a_client_without_standard_retries_is_refused(dynamodb_endpoint: str) -> None:
+    legacy = boto3.client("dynamodb", **local_client_kwargs(dynamodb_endpoint))
+    with pytest.raises(ValueError, match="standard"):
+        Faults(legacy, lost=0.5)

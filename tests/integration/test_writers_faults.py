@@ -9,6 +9,7 @@ carry an idempotency key, and some of those are repeated at once.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from tests.utils import deserialize, serialize
 
 RULES = load_rules()
 LOSS = 0.3
-CALLS = 40
+CALLS = int(os.environ.get("TALLY_FAULT_CALLS", "25"))  # per operation; raise it for a long run
 POST = {"PK": "POST#f", "SK": "META"}
 ORDER = {"PK": "ORDER#f", "SK": "META"}
 PROJECT = {"PK": "PROJECT#f", "SK": "COUNTER#ISSUE"}
@@ -283,3 +284,33 @@ def test_natural_key_registrations_under_lost_responses(
                 )
             tally.check(ok, f"step {step} {strategy}: {result} from counter {start}, {before}")
     report(tally, faults)
+
+
+# --- the cases the issue named ------------------------------------------------------------
+
+
+def test_a_first_like_whose_response_is_lost_reports_created(
+    faulty: Any, dynamodb: Any, table_name: str, truth: Any
+) -> None:
+    put(dynamodb, table_name, {**POST, "likeTally": 0})
+    like = {"PK": POST["PK"], "SK": "LIKE#USER#7c20"}
+    with Faults(faulty, lost=1.0, operations={"TransactWriteItems"}) as faults:
+        result = TallyWriter(faulty, table_name, RULES).add_child(like)
+    assert faults.stats["TransactWriteItems"].lost >= 1
+    assert (result.outcome, result.replayed) == ("created", False)
+    assert truth(POST)["likeTally"] == 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize("lost", ["UpdateItem", "TransactWriteItems"])
+def test_an_atomic_allocation_whose_response_is_lost_learns_its_number(
+    lost: str, faulty: Any, table_name: str, truth: Any
+) -> None:
+    allocator = SequenceAllocator(faulty, table_name, RULES)
+    with Faults(faulty, lost=1.0, operations={lost}) as faults:
+        first = allocator.allocate(PROJECT, strategy="atomic", attributes={"call": 1})
+        second = allocator.allocate(PROJECT, strategy="atomic", attributes={"call": 2})
+    assert faults.stats[lost].lost >= 2
+    assert (first.numbers, second.numbers) == ((1,), (2,))
+    assert truth(PROJECT)["lastIssue"] == 2  # type: ignore[index]
+    member = {"PK": PROJECT["PK"], "SK": "ISSUE#0000000002"}
+    assert truth(member)["call"] == 2  # type: ignore[index]

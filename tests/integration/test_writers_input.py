@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +13,7 @@ from botocore.exceptions import ClientError
 from tally.rules import load_rules
 from tally.writers import InvalidRequestError, SequenceAllocator, TallyWriter, WriteResult
 from tally.writers import items as limits
+from tests.harness.tables import throwaway_table
 from tests.integration.conftest import RULES_FILE
 from tests.integration.test_writers import get, put
 from tests.utils import serialize
@@ -33,14 +34,26 @@ def nested(depth: int) -> Any:
     return value
 
 
+@pytest.fixture(scope="module")
+def shared(dynamodb: Any, template: dict[str, Any]) -> Iterator[str]:
+    """One table for the module: refused writes leave it as it was, so tests can share it."""
+    with throwaway_table(dynamodb, template) as name:
+        put(dynamodb, name, {**POST, "likeTally": 0})
+        put(dynamodb, name, {**ORDER, "total": Decimal("9E+37")})
+        yield name
+
+
 @pytest.fixture
-def seeded(dynamodb: Any, table_name: str) -> Callable[[], list[Any]]:
-    """Parents in place; returns a reader of the whole table to prove nothing else was written."""
-    put(dynamodb, table_name, {**POST, "likeTally": 0})
-    put(dynamodb, table_name, {**ORDER, "total": Decimal("9E+37")})
+def table_name(shared: str) -> str:
+    return shared
+
+
+@pytest.fixture
+def seeded(dynamodb: Any, shared: str) -> Callable[[], list[Any]]:
+    """A reader of the whole table, to prove that nothing was written."""
 
     def scan() -> list[Any]:
-        items = dynamodb.scan(TableName=table_name, ConsistentRead=True)["Items"]
+        items = dynamodb.scan(TableName=shared, ConsistentRead=True)["Items"]
         return sorted(items, key=lambda item: (item["PK"]["S"], item["SK"]["S"]))
 
     return scan
@@ -155,7 +168,7 @@ def test_a_bad_child_write_is_refused_by_field_and_writes_nothing(
     assert seeded() == before
 
 
-def test_what_dynamodb_accepts_at_its_limits_is_written(dynamodb, table_name, seeded) -> None:
+def test_what_dynamodb_accepts_at_its_limits_is_written(dynamodb, table_name) -> None:
     writer = TallyWriter(dynamodb, table_name, RULES)
     values = {
         "deep": nested(31),
@@ -166,8 +179,10 @@ def test_what_dynamodb_accepts_at_its_limits_is_written(dynamodb, table_name, se
         "s": {Decimal("1"), Decimal("2.50")},
         "n" * 65535: "",
     }
-    assert writer.add_child(LIKE, values) == WriteResult("created")
-    stored = get(dynamodb, table_name, LIKE["PK"], LIKE["SK"])
+    like = {"PK": "POST#limits", "SK": "LIKE#1"}
+    put(dynamodb, table_name, {"PK": "POST#limits", "SK": "META", "likeTally": 0})
+    assert writer.add_child(like, values) == WriteResult("created")
+    stored = get(dynamodb, table_name, like["PK"], like["SK"])
     assert stored is not None
     assert stored["big"] == Decimal("5E+37") and stored["tiny"] == Decimal("1E-130")
     longest = {"PK": "POST#" + "a" * 2043, "SK": "LIKE#" + "b" * 1019}
@@ -189,11 +204,12 @@ def test_a_child_may_carry_the_ttl_attribute_when_its_rule_counts_expiries(dynam
 def test_a_change_whose_difference_needs_more_than_38_digits_is_refused(
     dynamodb, table_name, seeded
 ) -> None:
-    put(dynamodb, table_name, {**ORDER, "total": Decimal("1E+37")})
-    put(dynamodb, table_name, {**LINE, "amount": Decimal("1E+37")})
+    line = {"PK": "ORDER#diff", "SK": "LINE#1"}
+    put(dynamodb, table_name, {"PK": "ORDER#diff", "SK": "META", "total": Decimal("1E+37")})
+    put(dynamodb, table_name, {**line, "amount": Decimal("1E+37")})
     before = seeded()
     with pytest.raises(InvalidRequestError) as raised:
-        TallyWriter(dynamodb, table_name, RULES).change_amount(LINE, Decimal("1E-100"))
+        TallyWriter(dynamodb, table_name, RULES).change_amount(line, Decimal("1E-100"))
     assert raised.value.field == ("amount",)
     assert seeded() == before
 
@@ -224,13 +240,14 @@ BAD_ALLOCATIONS: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {
 
 @pytest.mark.parametrize("case", BAD_ALLOCATIONS)
 def test_a_bad_allocation_is_refused_before_the_counter_moves(
-    case: str, dynamodb: Any, table_name: str
+    case: str, dynamodb: Any, table_name: str, seeded: Callable[[], list[Any]]
 ) -> None:
     request, field = BAD_ALLOCATIONS[case]
+    before = seeded()
     with pytest.raises(InvalidRequestError) as raised:
         SequenceAllocator(dynamodb, table_name, RULES).allocate(PROJECT, **request)
     assert raised.value.field == field
-    assert dynamodb.scan(TableName=table_name, ConsistentRead=True)["Items"] == []
+    assert seeded() == before
 
 
 @pytest.mark.parametrize(
@@ -243,11 +260,14 @@ def test_a_bad_allocation_is_refused_before_the_counter_moves(
         ({"member_key": {"PK": "User#1", "SK": "P"}, "attributes": {"NumIdentifier": 1}}, None),
     ],
 )
-def test_a_bad_natural_key_registration_is_refused(dynamodb, table_name, request_, field) -> None:
+def test_a_bad_natural_key_registration_is_refused(
+    dynamodb, table_name, seeded, request_, field
+) -> None:
+    before = seeded()
     with pytest.raises(InvalidRequestError) as raised:
         SequenceAllocator(dynamodb, table_name, RULES).allocate(USERS, **request_)
     assert raised.value.field == (field or ("attributes", "NumIdentifier"))
-    assert dynamodb.scan(TableName=table_name, ConsistentRead=True)["Items"] == []
+    assert seeded() == before
 
 
 def test_an_unknown_counter_is_refused_naming_the_counter(dynamodb, table_name) -> None:

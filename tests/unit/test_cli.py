@@ -178,7 +178,7 @@ def test_no_template_in_the_working_directory(
     code, _, err = tally(capsys, "invoke", "ReconcilerFunction", EVENT)
     assert code == 2
     assert f"no template.yaml in {tmp_path}: run tally in the project's directory" in err
-    code, _, err = tally(capsys, "local", "down", "--template", str(tmp_path / "t.yaml"))
+    code, _, err = tally(capsys, "alerts", "--template", str(tmp_path / "t.yaml"))
     assert (code, err.strip()) == (2, f"tally: --template {tmp_path / 't.yaml'}: no such file")
 
 

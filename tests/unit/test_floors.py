@@ -18,8 +18,19 @@ import tally
 
 PACKAGE = Path(tally.__file__).parent
 FLOORS = ["ground", "writers", "reconciler", "handlers", "local", "cli"]
-GROUND = {"rules", "settings", "aws", "dynamodb", "streams", "observability"}
-CLI = {"cli", "console", "targets"}
+GROUND = {
+    "rules",
+    "rules_validation",
+    "key_patterns",
+    "stream_filter",
+    "live_table",
+    "settings",
+    "aws",
+    "dynamodb",
+    "streams",
+    "observability",
+}
+CLI = {"cli", "cli_rules", "rules_check", "rules_suggest", "console", "targets"}
 # What the Lambda layer installs (layer/requirements.txt) or the Python runtime provides.
 LAMBDA_PACKAGES = {"aws_lambda_powertools", "pydantic", "boto3", "botocore"}
 

@@ -40,8 +40,8 @@ from tally.writers import (
     SequenceAllocator,
     TallyWriter,
 )
+from tally.writers.allocations import MAX_BLOCK, Strategy
 from tally.writers.idempotency import MAX_KEY_LENGTH
-from tally.writers.sequences import MAX_BLOCK, Strategy
 
 
 def _parse_json(text: str) -> Any:

@@ -24,7 +24,7 @@ from tally.local import stack as local_stack
 from tally.local.functions import environ
 from tally.local.pump import Pump
 from tally.local.stack import LocalStack
-from tally.rules import RuleSet, load_rules
+from tally.rules import DEFAULT_RULES_FILE, RuleSet, load_rules
 from tally.writers import SequenceAllocator, TallyWriter
 
 POSTS, ORDERS, PROJECTS, THREADS = 12, 4, 3, 8
@@ -56,7 +56,8 @@ def run_demo(state_dir: Path, keep: bool = False) -> int:
     say("starting the demo's local stack (DynamoDB Local, SNS and SQS on loopback)")
     stack = local_stack.up(state_dir, prefix=DEMO_PREFIX)
     try:
-        with environ(local_stack.env(stack)):
+        # The demo's app is the example's: its rules, whatever RULES_FILE says.
+        with environ(local_stack.env(stack) | {"RULES_FILE": str(DEFAULT_RULES_FILE)}):
             return _demo(stack, state_dir, started)
     finally:
         if keep:

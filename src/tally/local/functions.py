@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tally.local.template import resource, template_path
+from tally.local.template import conditions, resource, template_path
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -96,10 +96,20 @@ def functions(template: Mapping[str, Any]) -> list[Function]:
     ]
 
 
-def resolve(value: Any, names: Mapping[str, str], parameters: Mapping[str, str]) -> str:
-    """An environment value with ``Ref`` resolved to a local resource name or a parameter."""
+def resolve(
+    value: Any,
+    names: Mapping[str, str],
+    parameters: Mapping[str, str],
+    conditions: Mapping[str, bool],
+) -> str:
+    """An environment value with ``Ref`` resolved to a local resource name or a parameter,
+    and ``Fn::If`` to the branch its condition picks."""
     if isinstance(value, str | int | float | bool):
         return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, Mapping) and set(value) == {"Fn::If"}:
+        condition, when_true, when_false = value["Fn::If"]
+        branch = when_true if conditions[condition] else when_false
+        return resolve(branch, names, parameters, conditions)
     if isinstance(value, Mapping) and set(value) == {"Ref"}:
         ref = value["Ref"]
         if ref in names:
@@ -123,8 +133,11 @@ def environment(
 ) -> dict[str, str]:
     """The function's environment as strings, resolved against local names and defaults."""
     parameters = parameter_defaults(template)
+    chosen = conditions(template, parameters)
     spec = function(template, logical_id)
-    values = {key: resolve(value, names, parameters) for key, value in spec.environment.items()}
+    values = {
+        key: resolve(value, names, parameters, chosen) for key, value in spec.environment.items()
+    }
     # Declared-but-empty variables (the local endpoints) mean "unset": never clobber the caller's.
     values = {key: value for key, value in values.items() if value}
     # As in Lambda, the task root is the code directory: bundled files resolve against it.

@@ -40,9 +40,15 @@ class LocalContext:
 
 
 def invoker(
-    stack: LocalStack, logical_id: str, template: Mapping[str, Any] | None = None
+    stack: LocalStack,
+    logical_id: str,
+    template: Mapping[str, Any] | None = None,
+    rules_file: Path | None = None,
 ) -> Invoke:
-    """Call the handler the template names, with the template's environment, locally."""
+    """Call the handler the template names, with the template's environment, locally.
+
+    The functions load the stack's rules file, or ``rules_file`` when given.
+    """
     template = template or load_template(template_path())
     spec = function(template, logical_id)
     values = (
@@ -50,6 +56,8 @@ def invoker(
         | local_stack.env(stack)
         | LOCAL_ENVIRONMENT
     )
+    if rules_file is not None:
+        values["RULES_FILE"] = str(rules_file)
     started = cold_start(spec, values)
     logger: Logger = started.modules["tally.observability"].logger
     log = stack.state_dir / FUNCTION_LOG
@@ -73,7 +81,9 @@ def _logs_to(logger: Logger, out: TextIO) -> Iterator[None]:
         handler.setStream(stream)  # type: ignore[attr-defined]
 
 
-def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
+def pump(
+    stack: LocalStack, state_dir: Path, say: Say | None = None, rules_file: Path | None = None
+) -> Pump:
     """A pump wired as template.yaml wires the stream and the recheck queue.
 
     It resumes after the checkpoint in ``state_dir`` and saves it after every batch.
@@ -90,8 +100,8 @@ def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
     reader.resume(checkpoint.load())
     return Pump(
         reader,
-        invoker(stack, "ReconcilerFunction", template),
-        invoker(stack, "RecheckFunction", template),
+        invoker(stack, "ReconcilerFunction", template, rules_file),
+        invoker(stack, "RecheckFunction", template, rules_file),
         stack.client("sqs"),
         names["RecheckQueue"],
         names["StreamFailureQueue"],

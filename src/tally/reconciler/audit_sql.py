@@ -23,12 +23,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tally.key_patterns import Pattern
 from tally.reconciler.candidates import PROBLEMS
 from tally.rules import (
     CollectionMembers,
     CountRule,
     IndexMembers,
-    Pattern,
+    PartitionMembers,
     SequenceRule,
     SumRule,
     TableKeys,
@@ -42,6 +43,23 @@ EXACT_AMOUNT = r"^-?[0-9]{1,20}(\.[0-9]{1,9})?$"
 PLAIN_NUMBER = r"^0*[0-9]{1,18}$"
 SIGNED_NUMBER = r"^-?0*[0-9]{1,18}$"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _check_supported(rules: Sequence[AnyRule], table: TableKeys) -> None:
+    """The query reads string keys and collection or index members; the scan engine does
+    the rest."""
+    numeric = [name for name in table.names if table.numeric(name)]
+    if numeric:
+        raise ValueError(
+            f"the export engine reads string keys only; {numeric[0]!r} is a number key: "
+            "audit with the scan engine"
+        )
+    for rule in rules:
+        if isinstance(rule, SequenceRule) and isinstance(rule.members, PartitionMembers):
+            raise ValueError(
+                f"rule {rule.name!r}: the export engine cannot read partition-layout members; "
+                "audit with the scan engine"
+            )
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,7 @@ class AuditQuery:
     def __init__(self, rules: Sequence[AnyRule], table: TableKeys, dialect: Dialect):
         if not rules:
             raise ValueError("the audit query needs at least one rule")
+        _check_supported(rules, table)
         self.rules = list(rules)
         self.table = table
         self.dialect = dialect
@@ -156,7 +175,7 @@ class AuditQuery:
                 _Slot(
                     index,
                     "P",
-                    self._matches(rule.parent_pattern),
+                    self._matches(rule.parent_pattern(keys)),
                     tuple(f"i.{k}" for k in self._keys),
                     f"i.{counter}_n",
                     f"i.{counter}_set",
@@ -179,7 +198,8 @@ class AuditQuery:
                     _Slot(index, "M", where, self._parent_of(rule), number=number, odd=odd)
                 )
             else:
-                members: IndexMembers = rule.members
+                members = rule.members
+                assert isinstance(members, IndexMembers)
                 name = self._alias[members.sequence_attribute]
                 value = f"i.{self._alias[members.number]}_n"
                 where = f"i.{name}_s = {_lit(rule.sequence_name)} AND {value} IS NOT NULL"

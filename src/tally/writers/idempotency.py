@@ -97,7 +97,7 @@ class Guards:
         return {
             "Put": {
                 "TableName": self.table_name,
-                "Item": serialize(item),
+                "Item": serialize(self._keys.typed(item)),
                 "ConditionExpression": f"attribute_not_exists({names[self._keys.partition_key]})"
                 f" OR {names[self._expiry]} < :now",
                 "ExpressionAttributeNames": names.expression_names,
@@ -116,7 +116,7 @@ class Guards:
         """The key's live guard, if any (consistent read)."""
         response = self.client.get_item(
             TableName=self.table_name,
-            Key=serialize(self._key(_digest(keyed.key))),
+            Key=serialize(self._keys.typed(self._key(_digest(keyed.key)))),
             ConsistentRead=True,
         )
         item = deserialize(response["Item"]) if "Item" in response else None
@@ -160,7 +160,9 @@ class Guards:
     def _key(self, digest: str) -> Key:
         key = {self._keys.partition_key: GUARD_PREFIX + digest}
         if self._keys.sort_key:
-            key[self._keys.sort_key] = "tallyIdempotency"
+            # A number sort key takes -1: collections number their members from 1.
+            numeric = self._keys.numeric(self._keys.sort_key)
+            key[self._keys.sort_key] = "-1" if numeric else "tallyIdempotency"
         return key
 
     def _record(self, item: Mapping[str, Any]) -> Record:

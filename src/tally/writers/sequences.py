@@ -24,21 +24,16 @@ from typing import Any, Literal, cast
 from botocore.exceptions import ClientError
 
 from tally.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
-from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet, SequenceRule
-from tally.writers import items
-from tally.writers.errors import CounterBehindError, InvalidCounterError, InvalidRequestError
+from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet
+from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
+from tally.writers.errors import CounterBehindError, InvalidCounterError
 from tally.writers.idempotency import Guards, Keyed, Record
-from tally.writers.reserved import refuse_reserved, reserved_attributes
 from tally.writers.transactions import new_token, number_or_none, retrying
 
-Strategy = Literal["atomic", "gapless", "sortkey", "block"]
-STRATEGIES: tuple[Strategy, ...] = ("atomic", "gapless", "sortkey", "block")
-# A transaction holds 100 items: the counter, an idempotency guard and at most 98 members.
-MAX_BLOCK = 98
+__all__ = ["ALLOCATION_MARKER", "Allocation", "SequenceAllocator", "Strategy"]
+
 # Set on the counter by each atomic increment: the id of the call that made it.
 ALLOCATION_MARKER = "tallyAllocation"
-_WIDEST = 10**items.MAX_DIGITS - 1  # sizes are checked with the longest number DynamoDB holds
-_TRANSACTION_OVERHEAD = 2048  # the counter update, expression names and values
 
 
 @dataclass(frozen=True)
@@ -87,7 +82,9 @@ class SequenceAllocator:
         Under an ``idempotency_key`` a repeat of the request answers the numbers the first call
         got, without allocating again.
         """
-        request = self._request(counter_key, strategy, count, attributes or {}, member_key)
+        request = allocation_request(
+            self.rules, counter_key, strategy, count, attributes or {}, member_key
+        )
         keyed = self.guards.request(
             idempotency_key,
             "allocate",
@@ -108,93 +105,9 @@ class SequenceAllocator:
             return self._sortkey(request)
         return self._gapless(request)
 
-    # --- the request, checked whole -----------------------------------------------------
-
-    def _request(
-        self,
-        counter_key: Mapping[str, str],
-        strategy: str,
-        count: int,
-        attributes: Mapping[str, Any],
-        member_key: Mapping[str, str] | None,
-    ) -> _Request:
-        try:
-            rule = self.rules.counter_match(counter_key).rule
-        except ValueError as error:
-            raise InvalidRequestError(("counter",), str(error)) from None
-        assert isinstance(rule, SequenceRule)
-        items.check_key(counter_key, self.rules.table, ("counter",))
-        self._check_shape(rule, strategy, count, member_key)
-        values = items.attributes(attributes, ("attributes",))
-        refuse_reserved(values, reserved_attributes(self.rules, rule), ("attributes",))
-        key = dict(member_key) if member_key is not None else None
-        request = _Request(rule, dict(counter_key), count, values, key)
-        widest = self._member_item(request, _WIDEST)
-        items.check_key(widest, self.rules.table, ("member_key" if key else "counter",))
-        size = items.check_size(widest, ("attributes",))
-        if count > 1:
-            # The guard repeats each member's key; the counter update rides along.
-            key_size = items.item_size(self.rules.key_of(widest))
-            total = count * (size + key_size + 32) + _TRANSACTION_OVERHEAD
-            if total > items.MAX_TRANSACTION_BYTES:
-                raise InvalidRequestError(
-                    ("count",),
-                    f"{count} members of {size} bytes exceed the "
-                    f"{items.MAX_TRANSACTION_BYTES} bytes one transaction may write",
-                )
-        return request
-
-    def _check_shape(
-        self, rule: SequenceRule, strategy: str, count: int, member_key: Mapping[str, str] | None
-    ) -> None:
-        if strategy not in STRATEGIES:
-            raise InvalidRequestError(
-                ("strategy",), f"must be one of {STRATEGIES}, got {strategy!r}"
-            )
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise InvalidRequestError(("count",), f"must be an integer, got {count!r}")
-        if strategy == "block":
-            if not 1 <= count <= MAX_BLOCK:
-                raise InvalidRequestError(
-                    ("count",), f"must be 1..{MAX_BLOCK} for a block, got {count}"
-                )
-        elif count != 1:
-            raise InvalidRequestError(
-                ("count",), f"must be 1 for the {strategy} strategy, got {count}"
-            )
-        if isinstance(rule.members, IndexMembers):
-            self._check_natural_key(rule, strategy, member_key)
-        elif member_key is not None:
-            raise InvalidRequestError(
-                ("member_key",), f"rule {rule.name!r} derives member keys from the number"
-            )
-
-    def _check_natural_key(
-        self, rule: SequenceRule, strategy: str, member_key: Mapping[str, str] | None
-    ) -> None:
-        field = ("member_key",)
-        if member_key is None:
-            raise InvalidRequestError(
-                field, f"is required: rule {rule.name!r} members are keyed by a natural key"
-            )
-        if strategy not in ("atomic", "gapless"):
-            raise InvalidRequestError(
-                ("strategy",),
-                f"{strategy!r} needs members in the counter's collection; "
-                f"rule {rule.name!r} finds them through {cast(IndexMembers, rule.members).index!r}",
-            )
-        try:
-            self.rules.validate_key(member_key)
-        except ValueError as error:
-            raise InvalidRequestError(field, str(error)) from None
-        if not any(m.role == "member" and m.rule is rule for m in self.rules.classify(member_key)):
-            raise InvalidRequestError(
-                field, f"{dict(member_key)} is not a member of rule {rule.name!r}"
-            )
-
     # --- atomic -------------------------------------------------------------------------
 
-    def _atomic(self, request: _Request) -> Allocation:
+    def _atomic(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
         call = new_token()
         names = Names.of(rule.counter, rule.revision, ALLOCATION_MARKER)
@@ -207,7 +120,7 @@ class SequenceAllocator:
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
-                Key=serialize(request.counter_key),
+                Key=self._key(request.counter_key),
                 UpdateExpression=f"ADD {', '.join(adds)} SET {marker} = :call",
                 ConditionExpression=f"(attribute_not_exists({counter}) OR "
                 f"attribute_type({counter}, :number)) AND "
@@ -230,13 +143,13 @@ class SequenceAllocator:
         last = self._counter_value(request, counted)
         return self._put_members(request, tuple(range(last - request.count + 1, last + 1)))
 
-    def _put_members(self, request: _Request, numbers: tuple[int, ...]) -> Allocation:
+    def _put_members(self, request: AllocationRequest, numbers: tuple[int, ...]) -> Allocation:
         """Second step of ``atomic``; a crash before it ends leaves the numbers as gaps.
 
         A one-item transaction rather than a PutItem: its token makes botocore's resend after a
         lost response a replay, where a conditional put would find its own member.
         """
-        members = [self._member_item(request, number) for number in numbers]
+        members = [request.member(self.rules.table, number) for number in numbers]
         names = Names.of(self._pk)
         writes = [self._put_absent(member, names) for member in members]
         writes += self._guard(request, "allocated", numbers, members)
@@ -252,12 +165,12 @@ class SequenceAllocator:
 
     # --- gapless and block --------------------------------------------------------------
 
-    def _gapless(self, request: _Request) -> Allocation:
+    def _gapless(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
         current = self._read_counter(request)
         for attempt in retrying(self.backoff):
             numbers = tuple(range(current + 1, current + request.count + 1))
-            members = [self._member_item(request, n) for n in numbers]
+            members = [request.member(self.rules.table, n) for n in numbers]
             names = Names.of(self._pk, rule.counter, rule.revision)
             counter = names[rule.counter]
             fenced = f"{counter} = :old" + (
@@ -291,11 +204,11 @@ class SequenceAllocator:
 
     # --- sort key -----------------------------------------------------------------------
 
-    def _sortkey(self, request: _Request) -> Allocation:
+    def _sortkey(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
         number = self._highest_member(request) + 1
         for attempt in retrying(self.backoff):
-            member = self._member_item(request, number)
+            member = request.member(self.rules.table, number)
             names = Names.of(self._pk, rule.counter, rule.revision)
             counter = names[rule.counter]
             below = f"attribute_not_exists({counter}) OR {counter} < :n"
@@ -320,18 +233,22 @@ class SequenceAllocator:
             f"sequence {request.counter_key} stayed contended for {self.backoff.rounds} rounds"
         )
 
-    def _highest_member(self, request: _Request) -> int:
+    def _highest_member(self, request: AllocationRequest) -> int:
         members = request.rule.members
         assert isinstance(members, CollectionMembers) and self._sk is not None
         names = Names.of(self._pk, self._sk)
+        span = request.rule.member_pattern(self.rules.table)[self._sk]
+        # Members of a number sort key are the positive numbers; of a string one, the prefix.
+        condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
+        counter = self.rules.table.typed(request.counter_key)
         response = self.client.query(
             TableName=self.table_name,
             KeyConditionExpression=(
-                f"{names[self._pk]} = :pk AND begins_with({names[self._sk]}, :prefix)"
+                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
             ),
             ExpressionAttributeNames=names.expression_names,
             ExpressionAttributeValues=serialize(
-                {":pk": request.counter_key[self._pk], ":prefix": members.prefix}
+                {":pk": counter[self._pk], ":start": Decimal(0) if span.numeric else span.value}
             ),
             ScanIndexForward=False,
             ConsistentRead=True,
@@ -345,11 +262,15 @@ class SequenceAllocator:
 
     # --- shared -------------------------------------------------------------------------
 
-    def _read_counter(self, request: _Request) -> int:
+    def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The item (or key) serialized, number key attributes as numbers."""
+        return serialize(self.rules.table.typed(item))
+
+    def _read_counter(self, request: AllocationRequest) -> int:
         names = Names.of(request.rule.counter)
         response = self.client.get_item(
             TableName=self.table_name,
-            Key=serialize(request.counter_key),
+            Key=self._key(request.counter_key),
             ConsistentRead=True,
             ProjectionExpression=names[request.rule.counter],
             ExpressionAttributeNames=names.expression_names,
@@ -357,7 +278,7 @@ class SequenceAllocator:
         item = deserialize(response["Item"]) if "Item" in response else None
         return self._counter_value(request, item)
 
-    def _counter_value(self, request: _Request, item: Mapping[str, Any] | None) -> int:
+    def _counter_value(self, request: AllocationRequest, item: Mapping[str, Any] | None) -> int:
         value = number_or_none(item, request.rule.counter, request.counter_key)
         if value is None:
             return 0
@@ -365,23 +286,9 @@ class SequenceAllocator:
             raise InvalidCounterError(request.counter_key, request.rule.counter, value)
         return int(value)
 
-    def _member_item(self, request: _Request, number: int) -> dict[str, Any]:
-        rule, members = request.rule, request.rule.members
-        if isinstance(members, IndexMembers):
-            assert request.member_key is not None
-            extra = {
-                members.number: Decimal(number),
-                members.sequence_attribute: rule.sequence_name,
-            }
-            return {**request.attributes, **extra, **request.member_key}
-        return {
-            **request.attributes,
-            **rule.member_key(request.counter_key, number, self.rules.table),
-        }
-
     def _set_counter(
         self,
-        request: _Request,
+        request: AllocationRequest,
         names: Names,
         value: str,
         condition: str,
@@ -396,7 +303,7 @@ class SequenceAllocator:
         return {
             "Update": {
                 "TableName": self.table_name,
-                "Key": serialize(request.counter_key),
+                "Key": self._key(request.counter_key),
                 "UpdateExpression": update,
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": names.subset(rule.counter, rule.revision),
@@ -409,7 +316,7 @@ class SequenceAllocator:
         return {
             "Put": {
                 "TableName": self.table_name,
-                "Item": serialize(member),
+                "Item": self._key(member),
                 "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.subset(self._pk),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -418,7 +325,7 @@ class SequenceAllocator:
 
     def _guard(
         self,
-        request: _Request,
+        request: AllocationRequest,
         outcome: str,
         numbers: tuple[int, ...],
         members: list[dict[str, Any]],
@@ -430,7 +337,7 @@ class SequenceAllocator:
         return [self.guards.put(request.keyed, outcome, numbers, keys)]
 
     def _collision(
-        self, request: _Request, existing: Mapping[str, Any], number: int, attempt: int
+        self, request: AllocationRequest, existing: Mapping[str, Any], number: int, attempt: int
     ) -> Allocation:
         """A member's put failed: a natural key already taken, or a counter behind members."""
         if isinstance(request.rule.members, IndexMembers):
@@ -439,7 +346,7 @@ class SequenceAllocator:
 
     def _existing(
         self,
-        request: _Request,
+        request: AllocationRequest,
         existing: Mapping[str, Any],
         number: int,
         wasted: tuple[int, ...],
@@ -462,16 +369,6 @@ class SequenceAllocator:
         self.guards.answer(keyed, record)
         outcome = cast(Literal["allocated", "already_present"], record.outcome)
         return Allocation(record.numbers, record.member_keys, outcome, replayed=True)
-
-
-@dataclass(frozen=True)
-class _Request:
-    rule: SequenceRule
-    counter_key: Key
-    count: int
-    attributes: dict[str, Any]
-    member_key: Key | None
-    keyed: Keyed | None = None
 
 
 def _item_of(error: ClientError) -> dict[str, Any]:

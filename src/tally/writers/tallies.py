@@ -24,7 +24,7 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
-from tally.rules import CountRule, Key, Match, RuleSet, SumRule
+from tally.rules import CountRule, Key, Match, RuleSet, SumRule, TableKeys
 from tally.writers import items
 from tally.writers.errors import (
     Field,
@@ -58,9 +58,10 @@ def parent_update(
     parent_key: Key,
     rule: CountRule | SumRule,
     delta: Decimal,
-    partition_key: str,
+    keys: TableKeys,
 ) -> dict[str, Any]:
     """ADD delta to the counter and 1 to the revision, only on an existing, numeric parent."""
+    partition_key = keys.partition_key
     names = Names.of(partition_key, rule.counter, rule.revision)
     adds = [f"{names[rule.counter]} :delta"]
     guards = [f"attribute_exists({names[partition_key]})"]
@@ -87,7 +88,7 @@ def parent_update(
     return {
         "Update": {
             "TableName": table,
-            "Key": serialize(parent_key),
+            "Key": serialize(keys.typed(parent_key)),
             "UpdateExpression": "ADD " + ", ".join(adds),
             "ConditionExpression": " AND ".join(guards),
             "ExpressionAttributeNames": names.expression_names,
@@ -140,6 +141,7 @@ class TallyWriter:
         self.rules = rules
         self.backoff = backoff or Backoff()
         self.guards = Guards(client, table_name, rules, self.backoff)
+        self._keys = rules.table
         self._pk = rules.table.partition_key
 
     def add_child(
@@ -161,12 +163,12 @@ class TallyWriter:
         child = {
             "Put": {
                 "TableName": self.table_name,
-                "Item": serialize(item),
+                "Item": serialize(self._keys.typed(item)),
                 "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        parent = parent_update(self.table_name, match.parent_key, rule, delta, self._pk)
+        parent = parent_update(self.table_name, match.parent_key, rule, delta, self._keys)
         amount = ("attributes", rule.summed) if isinstance(rule, SumRule) else None
         try:
             return self._commit(write, [child, parent], amount)
@@ -188,12 +190,12 @@ class TallyWriter:
         child = {
             "Delete": {
                 "TableName": self.table_name,
-                "Key": serialize(key),
+                "Key": serialize(self._keys.typed(key)),
                 "ConditionExpression": f"attribute_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        parent = parent_update(self.table_name, match.parent_key, rule, Decimal(-1), self._pk)
+        parent = parent_update(self.table_name, match.parent_key, rule, Decimal(-1), self._keys)
         try:
             return self._commit(write, [child, parent], None)
         except Cancelled as cancelled:
@@ -326,7 +328,7 @@ class TallyWriter:
         fence = f"{summed} = :old" + (f" OR attribute_not_exists({summed})" if old == 0 else "")
         child: dict[str, Any] = {
             "TableName": self.table_name,
-            "Key": serialize(write.key),
+            "Key": serialize(self._keys.typed(write.key)),
             "ConditionExpression": f"attribute_exists({names[self._pk]}) AND ({fence})",
             "ExpressionAttributeNames": names.expression_names,
         }
@@ -339,11 +341,11 @@ class TallyWriter:
             values[":new"] = write.new
             entry = {"Update": child}
         child["ExpressionAttributeValues"] = serialize(values)
-        return [entry, parent_update(self.table_name, write.parent_key, rule, delta, self._pk)]
+        return [entry, parent_update(self.table_name, write.parent_key, rule, delta, self._keys)]
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         response = self.client.get_item(
-            TableName=self.table_name, Key=serialize(key), ConsistentRead=True
+            TableName=self.table_name, Key=serialize(self._keys.typed(key)), ConsistentRead=True
         )
         return deserialize(response["Item"]) if "Item" in response else None
 
