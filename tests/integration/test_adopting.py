@@ -96,7 +96,6 @@ def adopt(
     monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
     monkeypatch.setenv("TALLY_STATE_DIR", str(state_dir))
     monkeypatch.delenv("RULES_FILE", raising=False)
-    monkeypatch.setattr(cli, "STATE_DIR", state_dir)
 
     def start(shape: str, table_id: str, *, spawn: bool = False) -> Adopted:
         rules = EXAMPLES / shape / "rules.toml"
@@ -119,8 +118,10 @@ def adopt(
     try:
         yield start
     finally:
+        started = local_stack.load(state_dir)
         local_stack.down(state_dir)
-        for table in (local_stack.TABLE, local_stack.AUDIT_TABLE):
+        tables = (started.table_name, started.audit_table_name) if started else ()
+        for table in tables:
             with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
                 dynamodb.delete_table(TableName=table)
 
@@ -215,8 +216,8 @@ def test_social_likes_adopted_checked_suggested_and_a_drift_caught(
     assert alert["repair"]["status"] == "skipped"  # repair = "alert": nothing written
 
     # The audit reads the stack's rules (the example's would call this table clean).
-    code, out = social.tally("audit", "--json")
-    assert code == 0 and json.loads(out)["findings"] == {"drift": 1}
+    code, out = social.tally("audit", "--json")  # exit 1: it found something
+    assert code == 1 and json.loads(out)["findings"] == {"drift": 1}
 
 
 # --- seed 001: orders keyed by a partition key alone ------------------------------------------
