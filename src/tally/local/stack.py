@@ -46,7 +46,7 @@ from tally.local.template import (
     template_path,
     time_to_live_attribute,
 )
-from tally.rules import DEFAULT_RULES_FILE, load_rules
+from tally.rules import load_rules
 
 STATE_DIR_NAME = ".tally"
 STATE_FILE = "local.json"
@@ -254,7 +254,7 @@ def counted_table(
 ) -> CountedTable:
     """The table from ``template``'s ``table_id``, else from the rules' key schema when a
     rules file is given, else template.yaml's example table."""
-    rules = load_rules(rules_file or DEFAULT_RULES_FILE)
+    rules = load_rules(rules_file or bundled_rules(load_template(template_path())))
     if template is not None or rules_file is None:
         path = template or template_path()
         try:
@@ -297,7 +297,9 @@ def up(
     one whose processes are gone is replaced. With DYNAMODB_ENDPOINT set, that DynamoDB is
     used and no DynamoDB Local is started.
     """
-    rules_file = rules_file.resolve() if rules_file else None
+    bundled = bundled_rules(load_template(template_path()))
+    # The bundled rules named explicitly (`tally local env` exports them) are no rules of yours.
+    rules_file = rules_file.resolve() if rules_file and rules_file.resolve() != bundled else None
     table = counted_table(rules_file, template.resolve() if template else None, table_id)
     existing = load(state_dir)
     if existing is not None:
