@@ -83,6 +83,7 @@ class Group:
     inserted: Counter[int] = field(default_factory=Counter)
     members_removed: int = 0
     highest_member: int = 0
+    lowest_given_up: int | None = None
     ledger: list[LedgerChange] = field(default_factory=list)
     decreases: list[Evidence] = field(default_factory=list)
     counter_seen: int = 0
@@ -332,6 +333,7 @@ def _fold_member(
     group.evidence.append(Evidence(sequence_number, event, keys, before, after, at))
     if before is not None:
         group.members_removed += 1
+        group.lowest_given_up = min(before, group.lowest_given_up or before)
     if after is not None:
         group.inserted[after] += 1
     group.highest_member = max(group.highest_member, before or 0, after or 0)

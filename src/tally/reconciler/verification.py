@@ -175,6 +175,9 @@ class Reconciler:
             return
         if isinstance(rule, SequenceRule):
             self.report_decreases(rule, group)
+            if group.lowest_given_up is not None:
+                # A number no longer held is judged again, wherever the watermark stood.
+                self.store.lower_watermark(rule.name, group.parent_key, group.lowest_given_up - 1)
             # Step 4: not a gap yet; the increment and its put may sit in different batches.
             self.schedule_recheck(rule, group.parent_key, group.horizon, "unbalanced")
             return
