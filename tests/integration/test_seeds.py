@@ -220,7 +220,8 @@ def test_seed_004_likes_lost_response_crash_reset_and_overwrite(
     set_counter(social, {"PK": {"S": "POST#c"}, "SK": {"S": "META"}}, "likeTally", 0)
     set_counter(social, {"PK": {"S": "POST#d"}, "SK": {"S": "META"}}, "likeTally", 99)
     social.settle()
-    found = sorted((a["key"]["PK"], a["kind"], a["stored"], a["actual"]) for a in social.new_alerts())
+    alerts = social.new_alerts()
+    found = sorted((a["key"]["PK"], a["kind"], a["stored"], a["actual"]) for a in alerts)
     assert found == [
         ("POST#b", "drift", 3, 4),
         ("POST#c", "drift", 0, 3),
