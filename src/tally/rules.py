@@ -3,7 +3,9 @@
 The ``[table]`` section names the table's key attributes and their types. Children of a
 count or sum rule share their parent's partition key: the table needs a sort key for them.
 Sequence members sit in the counter's item collection (``collection``), each in a partition
-of its own keyed by the number (``partition``), or are found through a GSI (``index``).
+of its own keyed by the number (``partition``), are found through a GSI (``index``), or carry
+their number in an attribute under a natural key (``attribute``: the reconciler keeps a
+ledger of them from the stream).
 Key values are text everywhere (numbers in DynamoDB's canonical form, see key_patterns);
 ``TableKeys.typed`` turns them back into what DynamoDB expects at the call.
 """
@@ -225,15 +227,61 @@ class IndexMembers(_Strict):
     sequence: str | None = None
 
 
-Members = CollectionMembers | PartitionMembers | IndexMembers
+class AttributeMembers(_Strict):
+    """Members keyed by a natural key, their number in an attribute (seed 000's users).
+
+    No key or index leads from a number to its member: the reconciler keeps a ledger
+    (number -> member key) in the audit table from the stream; the full audit rebuilds it.
+    """
+
+    layout: Literal["attribute"]
+    key: dict[str, str]
+    number: Annotated[str, Field(min_length=1)]
+
+
+Members = CollectionMembers | PartitionMembers | IndexMembers | AttributeMembers
+# What a sequence's counter holds: the last number handed out, the next free one, or no
+# counter at all (members only: the highest member is the sequence's end).
+CounterHolds = Literal["last", "next", "none"]
+# The counter attribute of a members-only sequence: no item carries it.
+NO_COUNTER = "-"
 
 
 class SequenceRule(_RuleBase):
-    """The counter equals the highest number handed out; 1..counter each present once."""
+    """The counter equals the highest number handed out; 1..counter each present once.
+
+    ``counter_holds = "next"``: the counter is the next free number and numbering starts
+    at 0, so member ``n`` is the sequence's (n+1)-th; internally every number is that
+    ordinal (``ordinal``/``shown_number`` translate). ``"none"``: no counter item.
+    """
 
     kind: Literal["sequence"]
     members: Annotated[Members, Field(discriminator="layout")]
     grace_seconds: Annotated[int, Field(ge=0, le=900)] = 60
+    counter_holds: CounterHolds = "last"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_counter(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("counter_holds") != "none":
+            return data
+        if "counter" in data or "revision" in data:
+            raise ValueError(
+                "counter_holds = 'none' is a sequence without a counter: drop 'counter'"
+            )
+        return data | {"counter": NO_COUNTER}
+
+    @property
+    def has_counter(self) -> bool:
+        return self.counter_holds != "none"
+
+    def ordinal(self, number: int) -> int:
+        """The position of a member's number in the sequence (1 = first)."""
+        return number + 1 if self.counter_holds == "next" else number
+
+    def shown_number(self, ordinal: int) -> int:
+        """The member's own number for an ordinal: what findings show."""
+        return ordinal - 1 if self.counter_holds == "next" else ordinal
 
     @property
     def sequence_name(self) -> str:
@@ -243,7 +291,7 @@ class SequenceRule(_RuleBase):
 
     def member_pattern(self, keys: TableKeys) -> KeyPattern:
         members = self.members
-        if isinstance(members, IndexMembers):
+        if isinstance(members, IndexMembers | AttributeMembers):
             return keys.patterns(members.key)
         pattern = keys.patterns({n: t for n, t in members.key.items() if n != members.attribute})
         number = members.attribute
@@ -253,11 +301,11 @@ class SequenceRule(_RuleBase):
         return pattern
 
     def member_key(self, counter_key: Mapping[str, str], number: int, keys: TableKeys) -> Key:
-        """The key of the member numbered ``number`` (collection and partition layouts)."""
+        """The key of the member at ordinal ``number`` (collection and partition layouts)."""
         members = self.members
-        assert not isinstance(members, IndexMembers)
+        assert isinstance(members, CollectionMembers | PartitionMembers)
         attribute = members.attribute
-        text = str(number)
+        text = str(self.shown_number(number))
         if not keys.numeric(attribute):
             text = members.prefix + text.zfill(members.width)
         if isinstance(members, CollectionMembers):
@@ -265,14 +313,21 @@ class SequenceRule(_RuleBase):
         return {name: p.value for name, p in keys.patterns(members.key).items()} | {attribute: text}
 
     def member_number(self, value: Any) -> int | None:
-        """The number a member's numbered key value carries, or None if it carries none."""
+        """The ordinal a member's numbered key value carries, or None if it carries none."""
         members = self.members
-        assert not isinstance(members, IndexMembers)
+        assert isinstance(members, CollectionMembers | PartitionMembers)
         text = key_text(value)
         if not isinstance(text, str) or not text.startswith(members.prefix):
             return None
         digits = text[len(members.prefix) :]
-        return int(digits) if digits.isascii() and digits.isdigit() else None
+        return self.ordinal(int(digits)) if digits.isascii() and digits.isdigit() else None
+
+    def attribute_number(self, value: Any) -> int | None:
+        """The ordinal a member's number attribute carries, or None if it is no number."""
+        if not isinstance(value, Decimal) or not value.is_finite() or value != int(value):
+            return None
+        ordinal = self.ordinal(int(value))
+        return ordinal if ordinal > 0 else None
 
 
 Rule = Annotated[CountRule | SumRule | SequenceRule, Field(discriminator="kind")]

@@ -17,6 +17,7 @@ from typing import Any
 
 from tally.live_table import describe, sample, schema_problems
 from tally.rules import (
+    AttributeMembers,
     IndexMembers,
     Key,
     RuleSet,
@@ -153,7 +154,9 @@ def _counter(rule: Any, value: Any) -> bool:
 
 def _odd_width(rules: RuleSet, rule: Any, key: Key) -> bool:
     """A member whose number is not written the way the rule writes (and reads) it."""
-    if not isinstance(rule, SequenceRule) or isinstance(rule.members, IndexMembers):
+    if not isinstance(rule, SequenceRule) or isinstance(
+        rule.members, IndexMembers | AttributeMembers
+    ):
         return False
     number = rule.member_number(key[rule.members.attribute])
     if number is None:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from tally.rules import (
     AnyRule,
+    AttributeMembers,
     CollectionMembers,
     CountRule,
     IndexMembers,
@@ -87,9 +88,9 @@ def _rule_problems(rule: AnyRule, keys: TableKeys) -> Iterator[str]:
         yield from _children_problems(rule, keys)
         return
     members = rule.members
-    if isinstance(members, IndexMembers):
+    if isinstance(members, IndexMembers | AttributeMembers):
         if not exact_parent:
-            yield "field 'parent': an index-layout sequence has one exact counter key"
+            yield f"field 'parent': an {members.layout}-layout sequence has one exact counter key"
         return
     if isinstance(members, CollectionMembers):
         if keys.sort_key is None:

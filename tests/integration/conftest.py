@@ -3,12 +3,16 @@ SQS from moto's server on loopback, and the real handlers invoked the way Lambda
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,15 +20,19 @@ from typing import Any
 import boto3
 import pytest
 
+from tally import cli
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
+from tally.local import stack as local_stack
 from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.sqs_trigger import sqs_event_record
 from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.audit_store import AuditStore
+from tally.rules import load_rules
 from tally.settings import settings
 from tally.streams import StreamReader, stream_arn
+from tests.harness.adopting import EXAMPLES, Adopted
 from tests.utils import deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).with_name("rules.toml")
@@ -221,3 +229,45 @@ def _clear_caches() -> None:
     settings.cache_clear()
     runtime.rules.cache_clear()
     runtime._clients.cache_clear()
+
+
+@pytest.fixture
+def adopt(
+    tmp_path: Path,
+    dynamodb_endpoint: str,
+    dynamodb: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Iterator[Callable[..., Adopted]]:
+    state_dir = tmp_path / "state"
+    monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
+    monkeypatch.setenv("TALLY_STATE_DIR", str(state_dir))
+    monkeypatch.delenv("RULES_FILE", raising=False)
+
+    def start(shape: str, table_id: str, *, spawn: bool = False) -> Adopted:
+        rules = EXAMPLES / shape / "rules.toml"
+        args = ["local", "up", "--rules", str(rules)]
+        args += ["--template", str(EXAMPLES / shape / "template.yaml"), "--table-id", table_id]
+        if spawn:
+            subprocess.run(
+                [sys.executable, "-m", "tally.cli", *args],
+                env=os.environ,
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+        else:
+            assert cli.main(args) == 0
+        stack = local_stack.load(state_dir)
+        assert stack is not None and stack.rules_file == str(rules)
+        return Adopted(stack, state_dir, load_rules(rules), capsys)
+
+    try:
+        yield start
+    finally:
+        started = local_stack.load(state_dir)
+        local_stack.down(state_dir)
+        tables = (started.table_name, started.audit_table_name) if started else ()
+        for table in tables:
+            with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
+                dynamodb.delete_table(TableName=table)

@@ -8,122 +8,16 @@ server; the Social walk spawns `tally local up`, the rest calls the same entry p
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
-import subprocess
-import sys
-import time
-import tomllib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tally import cli
-from tally.local import inbox, runner
-from tally.local import stack as local_stack
-from tally.rules import RuleSet, load_rules, parse_rules
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
-
-
-@dataclass
-class Adopted:
-    """One adopted table on the local stack, and the commands a user runs against it."""
-
-    stack: local_stack.LocalStack
-    state_dir: Path
-    rules: RuleSet
-    capsys: pytest.CaptureFixture[str]
-
-    @property
-    def table(self) -> str:
-        return self.stack.table_name
-
-    @property
-    def dynamodb(self) -> Any:
-        return self.stack.client("dynamodb")
-
-    def tally(self, *args: str) -> tuple[int, str]:
-        """`tally ARGS` in process: exit code and standard output."""
-        self.capsys.readouterr()
-        code = cli.main(list(args))
-        return code, self.capsys.readouterr().out
-
-    def settle(self) -> None:
-        """`tally pump --until-idle`, until no recheck is waiting out its grace period."""
-        pump = runner.pump(self.stack, self.state_dir)
-        deadline = time.monotonic() + 180
-        while True:
-            before = pump.report.records + pump.report.rechecks
-            report = pump.until_idle(30)
-            moved = report.records + report.rechecks != before
-            if not moved and not report.pending_rechecks:
-                break
-            assert time.monotonic() < deadline, "the stream and the rechecks never went quiet"
-            if not moved:
-                time.sleep(0.5)
-
-    def alerts(self) -> list[dict[str, Any]]:
-        sqs = self.stack.client("sqs")
-        return inbox.collect(sqs, self.stack.alert_inbox_url, self.state_dir)
-
-    def check(self) -> dict[str, Any]:
-        code, out = self.tally("rules", "check", "--json")
-        report: dict[str, Any] = json.loads(out)
-        assert code == (1 if report["flags"] else 0)
-        return report
-
-    def suggested(self) -> RuleSet:
-        code, out = self.tally("rules", "suggest", "--sample", "200")
-        assert code == 0, out
-        return parse_rules(tomllib.loads(out))
-
-
-@pytest.fixture
-def adopt(
-    tmp_path: Path,
-    dynamodb_endpoint: str,
-    dynamodb: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> Iterator[Callable[..., Adopted]]:
-    state_dir = tmp_path / "state"
-    monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
-    monkeypatch.setenv("TALLY_STATE_DIR", str(state_dir))
-    monkeypatch.delenv("RULES_FILE", raising=False)
-
-    def start(shape: str, table_id: str, *, spawn: bool = False) -> Adopted:
-        rules = EXAMPLES / shape / "rules.toml"
-        args = ["local", "up", "--rules", str(rules)]
-        args += ["--template", str(EXAMPLES / shape / "template.yaml"), "--table-id", table_id]
-        if spawn:
-            subprocess.run(
-                [sys.executable, "-m", "tally.cli", *args],
-                env=os.environ,
-                check=True,
-                capture_output=True,
-                timeout=120,
-            )
-        else:
-            assert cli.main(args) == 0
-        stack = local_stack.load(state_dir)
-        assert stack is not None and stack.rules_file == str(rules)
-        return Adopted(stack, state_dir, load_rules(rules), capsys)
-
-    try:
-        yield start
-    finally:
-        started = local_stack.load(state_dir)
-        local_stack.down(state_dir)
-        tables = (started.table_name, started.audit_table_name) if started else ()
-        for table in tables:
-            with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
-                dynamodb.delete_table(TableName=table)
+from tally.rules import RuleSet
+from tests.harness.adopting import Adopted
+from tests.harness.seeds import Crash, create_post, like, place_order
 
 
 def same_rule(proposed: RuleSet, example: RuleSet, keys: list[dict[str, str]]) -> None:
@@ -145,38 +39,6 @@ def scanned_keys(adopted: Adopted) -> list[dict[str, str]]:
 
 
 # --- seed 004: the Social table (PK/SK) -------------------------------------------------------
-
-
-def create_post(dynamodb: Any, table: str, post: str) -> None:
-    item = {"PK": {"S": post}, "SK": {"S": "META"}, "likeTally": {"N": "0"}, "body": {"S": "hi"}}
-    dynamodb.put_item(TableName=table, Item=item)
-
-
-def like(dynamodb: Any, table: str, post: str, user: str) -> None:
-    """Seed 004's writer: the like and the count in one transaction, the like only once."""
-    dynamodb.transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table,
-                    "Item": {
-                        "PK": {"S": post},
-                        "SK": {"S": f"LIKE#USER#{user}"},
-                        "likedAt": {"N": "1750636800"},
-                    },
-                    "ConditionExpression": "attribute_not_exists(SK)",
-                }
-            },
-            {
-                "Update": {
-                    "TableName": table,
-                    "Key": {"PK": {"S": post}, "SK": {"S": "META"}},
-                    "UpdateExpression": "ADD likeTally :one",
-                    "ExpressionAttributeValues": {":one": {"N": "1"}},
-                }
-            },
-        ]
-    )
 
 
 def test_social_likes_adopted_checked_suggested_and_a_drift_caught(
@@ -223,23 +85,6 @@ def test_social_likes_adopted_checked_suggested_and_a_drift_caught(
 # --- seed 001: orders keyed by a partition key alone ------------------------------------------
 
 
-def place_order(dynamodb: Any, table: str, *, crash: bool = False) -> int:
-    """Seed 001's writer: ADD to the counter, then put the order under the new number."""
-    response = dynamodb.update_item(
-        TableName=table,
-        Key={"pk": {"S": "orderCounter"}},
-        UpdateExpression="ADD #cnt :val",
-        ExpressionAttributeNames={"#cnt": "count"},
-        ExpressionAttributeValues={":val": {"N": "1"}},
-        ReturnValues="UPDATED_NEW",
-    )
-    number = response["Attributes"]["count"]["N"]
-    if not crash:
-        item = {"pk": {"S": number}, "deliveryMethod": {"S": "expedited"}}
-        dynamodb.put_item(TableName=table, Item=item)
-    return int(number)
-
-
 def test_orders_adopted_checked_suggested_and_a_gap_caught(
     adopt: Callable[..., Adopted],
 ) -> None:
@@ -259,8 +104,9 @@ def test_orders_adopted_checked_suggested_and_a_gap_caught(
     same_rule(orders.suggested(), orders.rules, scanned_keys(orders))
 
     # The writer crashes between its two steps: number 121 is handed out, never used.
-    lost = place_order(orders.dynamodb, orders.table, crash=True)
-    place_order(orders.dynamodb, orders.table)
+    with pytest.raises(Crash):
+        place_order(orders.dynamodb, orders.table, crash=True)
+    lost = place_order(orders.dynamodb, orders.table) - 1
     orders.settle()
     [alert] = orders.alerts()
     assert (alert["kind"], alert["rule"], alert["number"]) == ("gap", "order-ids", lost)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from tally.key_patterns import Pattern
 from tally.reconciler.candidates import PROBLEMS
 from tally.rules import (
+    AttributeMembers,
     CollectionMembers,
     CountRule,
     IndexMembers,
@@ -197,6 +198,8 @@ class AuditQuery:
                 slots.append(
                     _Slot(index, "M", where, self._parent_of(rule), number=number, odd=odd)
                 )
+            elif isinstance(rule.members, AttributeMembers):
+                continue  # members are in the reconciler's ledger; the counter is a candidate
             else:
                 members = rule.members
                 assert isinstance(members, IndexMembers)
@@ -349,7 +352,9 @@ class AuditQuery:
 
     def _parent_of(self, rule: AnyRule) -> tuple[str, ...]:
         """Per key attribute: the item's own value, or the parent's fixed one."""
-        if isinstance(rule, SequenceRule) and isinstance(rule.members, IndexMembers):
+        if isinstance(rule, SequenceRule) and isinstance(
+            rule.members, IndexMembers | AttributeMembers
+        ):
             return tuple(_lit(rule.parent[name]) for name in self.table.names)
         sort_key = self.table.sort_key
         return tuple(

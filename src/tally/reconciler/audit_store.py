@@ -297,6 +297,20 @@ class AuditStore:
             raise
         return True
 
+    def lower_watermark(self, rule: str, key: Mapping[str, str], to: int) -> None:
+        """Move the watermark back to ``to``: a number at or below it is no longer held."""
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=serialize(_watermark_key(rule, key)),
+                UpdateExpression="SET watermark = :to",
+                ConditionExpression="watermark > :to",
+                ExpressionAttributeValues=serialize({":to": to}),
+            )
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+
     # --- helpers -------------------------------------------------------------------------
 
     def _repair_item(self, finding: Finding, repair: Repair) -> dict[str, Any]:

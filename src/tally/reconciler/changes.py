@@ -23,6 +23,7 @@ from boto3.dynamodb.types import TypeDeserializer
 from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.rules import (
     REPAIR_MARKER,
+    AttributeMembers,
     CountRule,
     IndexMembers,
     Key,
@@ -59,6 +60,16 @@ class Expiry:
     evidence: Evidence
 
 
+@dataclass(frozen=True)
+class LedgerChange:
+    """A member of an attribute-layout sequence took or gave up a number (ordinals)."""
+
+    key: Key
+    before: int | None
+    after: int | None
+    sequence_number: str
+
+
 @dataclass
 class Group:
     """Everything one batch did to one (rule, parent)."""
@@ -71,6 +82,9 @@ class Group:
     handed_out: list[tuple[int, int]] = field(default_factory=list)
     inserted: Counter[int] = field(default_factory=Counter)
     members_removed: int = 0
+    highest_member: int = 0
+    lowest_given_up: int | None = None
+    ledger: list[LedgerChange] = field(default_factory=list)
     decreases: list[Evidence] = field(default_factory=list)
     counter_seen: int = 0
     parent_removed: bool = False
@@ -114,8 +128,11 @@ class Group:
         """Numbers up to here were handed out by the counter before this batch ended.
 
         A member's own number is no horizon: a member written above the counter (a rogue, a
-        reset) hands out nothing below it, and counter_behind is its finding.
+        reset) hands out nothing below it, and counter_behind is its finding. Without a
+        counter it is: the highest member is the sequence's end.
         """
+        if isinstance(self.rule, SequenceRule) and not self.rule.has_counter:
+            return max(self.counter_seen, self.highest_member)
         return self.counter_seen
 
     @property
@@ -227,6 +244,10 @@ def _fold_match(
             _member_number(match.rule, keys, new),
         )
         _fold_member(group, event, keys, number, sequence_number, at)
+        rule = match.rule
+        ledgered = isinstance(rule, SequenceRule) and isinstance(rule.members, AttributeMembers)
+        if ledgered and number[0] != number[1]:
+            group.ledger.append(LedgerChange(keys, *number, sequence_number))
 
 
 def _fold_parent(
@@ -312,8 +333,10 @@ def _fold_member(
     group.evidence.append(Evidence(sequence_number, event, keys, before, after, at))
     if before is not None:
         group.members_removed += 1
+        group.lowest_given_up = min(before, group.lowest_given_up or before)
     if after is not None:
         group.inserted[after] += 1
+    group.highest_member = max(group.highest_member, before or 0, after or 0)
 
 
 def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | None:
@@ -321,6 +344,8 @@ def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | 
     if not image or not isinstance(rule, SequenceRule):
         return None
     members = rule.members
+    if isinstance(members, AttributeMembers):
+        return rule.attribute_number(_attr(image, members.number))
     if not isinstance(members, IndexMembers):
         value = keys.get(members.attribute)
         return rule.member_number(value) if value is not None else None

@@ -31,7 +31,7 @@ from tally.dynamodb import deserialize
 from tally.reconciler.candidates import Candidate
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.verification import Reconciler
-from tally.rules import CountRule, IndexMembers, Key, SequenceRule, SumRule
+from tally.rules import AttributeMembers, CountRule, IndexMembers, Key, SequenceRule, SumRule
 
 Progress = Callable[[int], None]
 AnyRule = CountRule | SumRule | SequenceRule
@@ -119,8 +119,8 @@ class Audit:
         reconciler = self.reconciler
         if isinstance(target, SequenceRule):
             self.report.sequences += 1
-            if horizon is None:
-                horizon = reconciler.table.read_parent(target, key).counter
+            if horizon is None or not target.has_counter:
+                horizon = reconciler.sequence_horizon(target, key)
             seen = int(horizon) if isinstance(horizon, int | Decimal) and horizon >= 0 else 0
             if defer:
                 reconciler.schedule_recheck(target, key, seen, "full audit")
@@ -210,6 +210,7 @@ class _Done:
     capacity: Decimal = Decimal(0)
     members: frozenset[str] = frozenset()
     counters: frozenset[str] = frozenset()
+    ledger: list[tuple[str, int, Key]] = field(default_factory=list)
     error: BaseException | None = None
 
 
@@ -226,6 +227,7 @@ def _scan(
     stop = threading.Event()
     members: set[str] = set()
     counters: set[str] = set()
+    ledger: dict[str, list[tuple[int, Key]]] = {}
     with ThreadPoolExecutor(segments) as pool:
         for segment in range(segments):
             pool.submit(_scan_segment, reconciler, names, segment, segments, found, stop, progress)
@@ -241,6 +243,8 @@ def _scan(
                     report.read_capacity += entry.capacity
                     members |= entry.members
                     counters |= entry.counters
+                    for name, number, key in entry.ledger:
+                        ledger.setdefault(name, []).append((number, key))
                     continue
                 yield entry
         finally:
@@ -249,6 +253,20 @@ def _scan(
     for name in sorted(members - counters):
         target = reconciler.rules[name]
         yield target, dict(target.parent), _Seen()
+    for target in rules:
+        if isinstance(target, SequenceRule) and isinstance(target.members, AttributeMembers):
+            rebuild_ledger(reconciler, target, ledger.get(target.name, []))
+            yield target, dict(target.parent), _Seen()
+
+
+def rebuild_ledger(
+    reconciler: Reconciler, rule: SequenceRule, scanned: list[tuple[int, Key]]
+) -> None:
+    """The member ledger made to agree with the scan, before the sequence is judged."""
+    counter = dict(rule.parent)
+    reconciler.ledger.rebuild(
+        rule, counter, scanned, lambda key: reconciler.table.attribute_number(rule, key)
+    )
 
 
 def _scan_segment(
@@ -285,6 +303,14 @@ def _scan_segment(
                     target = match.rule
                     if target.name not in names:
                         continue
+                    if isinstance(target, SequenceRule) and isinstance(
+                        target.members, AttributeMembers
+                    ):
+                        number = target.attribute_number(item.get(target.members.number))
+                        if match.role == "member" and number is not None:
+                            key = reconciler.rules.key_of(item)
+                            done.ledger.append((target.name, number, key))
+                        continue  # judged after the scan, once the ledger is rebuilt
                     if isinstance(target, SequenceRule) and isinstance(
                         target.members, IndexMembers
                     ):

@@ -23,6 +23,7 @@ from tally.dynamodb import (
 )
 from tally.rules import (
     REPAIR_MARKER,
+    AttributeMembers,
     CollectionMembers,
     CountRule,
     IndexMembers,
@@ -162,7 +163,25 @@ class TallyTable:
             return self._collection_members(rule, rule.members, counter_key, above)
         if isinstance(rule.members, PartitionMembers):
             return self._partition_members(rule, counter_key, above)
+        if isinstance(rule.members, AttributeMembers):
+            raise ValueError(f"rule {rule.name!r}: attribute-layout members are in the ledger")
         return self._index_members(rule, rule.members, above)
+
+    def attribute_number(self, rule: SequenceRule, member: Key) -> int | None:
+        """The ordinal a member holds now (attribute layout), by a consistent read."""
+        assert isinstance(rule.members, AttributeMembers)
+        names = Names.of(rule.members.number)
+        response = self.client.get_item(
+            TableName=self.name,
+            Key=self._key(member),
+            ConsistentRead=True,
+            ProjectionExpression=names[rule.members.number],
+            ExpressionAttributeNames=names.expression_names,
+            ReturnConsumedCapacity="TOTAL",
+        )
+        item = deserialize(response["Item"]) if "Item" in response else {}
+        self.reads.add(response, 1 if item else 0)
+        return rule.attribute_number(item.get(rule.members.number))
 
     def _collection_members(
         self, rule: SequenceRule, members: CollectionMembers, counter_key: Key, above: int

@@ -30,10 +30,11 @@ from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
 from tally.reconciler.findings import AlertMessage, Finding, Kind, Repair, shown
+from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import ParentState, Tally, TallyTable
-from tally.rules import CountRule, Key, RuleSet, SequenceRule, SumRule
+from tally.rules import AttributeMembers, CountRule, Key, RuleSet, SequenceRule, SumRule
 
 TallyRule = CountRule | SumRule
 # Missing runs longer than this are one summarised finding: voiding 10^9 numbers one by
@@ -116,6 +117,7 @@ class Reconciler:
         policy: RepairPolicy,
         settle: Settle | None = None,
         remind_seconds: int = 0,
+        ledger: MemberLedger | None = None,
     ):
         self.rules = rules
         self.table = table
@@ -127,6 +129,7 @@ class Reconciler:
         self.remind_seconds = remind_seconds
         # False for an operator's dry run that only shows findings: nothing recorded or sent.
         self.alerting = True
+        self.ledger = ledger or MemberLedger(store.client, store.table_name)
         self.stats = Stats()
         self.log: list[Finding] = []
 
@@ -163,6 +166,9 @@ class Reconciler:
         rule = group.rule
         if isinstance(rule, CountRule | SumRule):
             self.apply_ttl_expiries(rule, group)
+        elif group.ledger:
+            # Before any judgement: a later recheck reads the members from the ledger.
+            self.ledger.record(rule, group.parent_key, group.ledger)
         # Step 1: a balanced batch proves that nothing new drifted: zero reads.
         if group.balanced:
             self.stats.balanced += 1
@@ -171,6 +177,9 @@ class Reconciler:
             return
         if isinstance(rule, SequenceRule):
             self.report_decreases(rule, group)
+            if group.lowest_given_up is not None:
+                # A number no longer held is judged again, wherever the watermark stood.
+                self.store.lower_watermark(rule.name, group.parent_key, group.lowest_given_up - 1)
             # Step 4: not a gap yet; the increment and its put may sit in different batches.
             self.schedule_recheck(rule, group.parent_key, group.horizon, "unbalanced")
             return
@@ -396,11 +405,13 @@ class Reconciler:
             self.flush_alerts()
             return
         watermark = self.store.watermark(rule.name, key)
-        members = self.table.member_numbers(rule, key, above=watermark)
+        members = self.member_numbers(rule, key, above=watermark)
         counter = self.table.read_parent(rule, key)
         held = Counter(number for number, _ in members)
         self.stats.checked += 1
-        found = self.report_counter(rule, key, counter, max(held, default=watermark), recheck)
+        found = 0
+        if rule.has_counter:
+            found += self.report_counter(rule, key, counter, max(held, default=watermark), recheck)
         found += self.report_duplicates(rule, key, held)
         for low, high in _missing(watermark, recheck.counter_seen, held):
             found += self.report_gap(rule, key, low, high, counter.counter, recheck, held)
@@ -413,6 +424,19 @@ class Reconciler:
             self.store.advance_watermark(rule.name, key, contiguous)
         self.flush_alerts()
 
+    def member_numbers(self, rule: SequenceRule, key: Key, above: int) -> list[tuple[int, Key]]:
+        """Members above ``above``: from the table, or from the ledger (attribute layout)."""
+        if isinstance(rule.members, AttributeMembers):
+            return self.ledger.members(rule, key, above)
+        return self.table.member_numbers(rule, key, above)
+
+    def sequence_horizon(self, rule: SequenceRule, key: Key) -> Any:
+        """The sequence's end as of now: its counter, or (no counter) its highest member."""
+        if rule.has_counter:
+            return self.table.read_parent(rule, key).counter
+        watermark = self.store.watermark(rule.name, key)
+        return max((n for n, _ in self.member_numbers(rule, key, watermark)), default=watermark)
+
     def report_counter(
         self, rule: SequenceRule, key: Key, counter: ParentState, highest: int, recheck: Recheck
     ) -> int:
@@ -420,6 +444,22 @@ class Reconciler:
         valid = _valid_counter(rule, stored)
         if valid and int(stored or 0) >= highest:
             return 0
+        if not counter.exists:
+            # The counter item is the user's: a missing one is reported, never created.
+            self.report(
+                Finding(
+                    kind="counter_behind",
+                    rule=rule.name,
+                    table=self.table.name,
+                    key=key,
+                    attribute=rule.counter,
+                    stored=None,
+                    actual=Decimal(highest),
+                    detail="the counter item does not exist",
+                    repair=Repair("skipped", "the reconciler never creates a counter item"),
+                )
+            )
+            return 1
         finding = Finding(
             kind="counter_behind" if valid else "invalid_counter",
             rule=rule.name,
@@ -458,8 +498,8 @@ class Reconciler:
                     attribute=rule.counter,
                     stored=Decimal(count),
                     actual=Decimal(1),
-                    number=number,
-                    detail=f"{count} members hold number {number}",
+                    number=rule.shown_number(number),
+                    detail=f"{count} members hold number {rule.shown_number(number)}",
                     repair=Repair("skipped", "which member keeps the number is a human decision"),
                 )
             )
@@ -487,16 +527,18 @@ class Reconciler:
             attribute=rule.counter,
             stored=shown(stored),
             actual=None,
-            number=low,
+            number=rule.shown_number(low),
             detail=f"missing after the grace period ({recheck.reason})",
         )
         if high - low + 1 > MAX_VOIDS_PER_GAP:
             why = f"{high - low + 1} numbers missing: too many to void; look at the counter"
-            self.report(replace(base, through=high, repair=Repair("skipped", why)))
+            self.report(
+                replace(base, through=rule.shown_number(high), repair=Repair("skipped", why))
+            )
             return 1
         reported = 0
         for number in range(low, high + 1):
-            outcome = self.void(rule, key, replace(base, number=number))
+            outcome = self.void(rule, key, replace(base, number=rule.shown_number(number)))
             if outcome != "reported":
                 held[number] += 1  # voided, or the member arrived after all
             reported += outcome != "arrived"
@@ -506,14 +548,18 @@ class Reconciler:
         """Void a missing number and report it: "voided", "reported" (no write allowed), or
         "arrived" (the member turned up meanwhile: no gap)."""
         verdict = self.policy.verdict(rule, None, "VOID")
+        if verdict is None and isinstance(rule.members, AttributeMembers):
+            why = "the number is not a member's key: no tombstone can keep it from a late writer"
+            verdict = Repair("skipped", why)
         if verdict is not None:
             self.report(finding.with_repair(verdict))
             return "reported"
         assert finding.number is not None
+        number = rule.ordinal(finding.number)
         repaired = finding.with_repair(Repair("applied", "VOID tombstone written", None, "VOID"))
-        target = self.table.void_key(rule, key, finding.number)
+        target = self.table.void_key(rule, key, number)
         work = self.repairing(repaired, target, {"void": True})
-        if not self.table.put_void(rule, key, finding.number, work.marker, work.logged):
+        if not self.table.put_void(rule, key, number, work.marker, work.logged):
             return "arrived"
         self.announce(repaired, work.message)
         return "voided"

@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal, cast
 
-from tally.rules import IndexMembers, Key, PartitionMembers, RuleSet, SequenceRule, TableKeys
+from tally.rules import (
+    AttributeMembers,
+    IndexMembers,
+    Key,
+    PartitionMembers,
+    RuleSet,
+    SequenceRule,
+    TableKeys,
+)
 from tally.writers import items
 from tally.writers.errors import InvalidRequestError
 from tally.writers.idempotency import Keyed
@@ -91,6 +99,10 @@ def _check_shape(
 ) -> None:
     if strategy not in STRATEGIES:
         raise InvalidRequestError(("strategy",), f"must be one of {STRATEGIES}, got {strategy!r}")
+    if rule.counter_holds != "last" or isinstance(rule.members, AttributeMembers):
+        raise InvalidRequestError(
+            ("rule",), f"rule {rule.name!r} verifies a foreign writer's sequence: allocate there"
+        )
     if isinstance(count, bool) or not isinstance(count, int):
         raise InvalidRequestError(("count",), f"must be an integer, got {count!r}")
     if strategy == "block":
