@@ -35,9 +35,12 @@ class RecheckQueue:
 
     def schedule(self, recheck: Recheck, delay_seconds: int) -> None:
         """Deliver the recheck after ``delay_seconds``, clamped to what SQS allows."""
+        body = asdict(recheck)
+        if recheck.observed is None:
+            del body["observed"]  # only aggregated counters carry one
         self.sqs.send_message(
             QueueUrl=self.queue_url,
-            MessageBody=json.dumps(asdict(recheck), sort_keys=True),
+            MessageBody=json.dumps(body, sort_keys=True),
             DelaySeconds=max(0, min(MAX_DELAY_SECONDS, delay_seconds)),
         )
 
