@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from tally.reconciler.full_audit import full_audit
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.verification import Reconciler
+from tally.rules import load_rules
 from tests.unit import test_verification
 from tests.unit.test_verification import Rig
 from tests.utils import stream_record
 
 rig = test_verification.rig  # the same moto tables, topic and queues
 
+RULES = load_rules(Path(__file__).parents[2] / "examples" / "adopting" / "carts" / "rules.toml")
 CART = {"PK": "CART#1", "SK": "TOTAL"}
-LAG = 60
+LAG = 90
 
 
 class Scheduled(RecheckQueue):
@@ -37,7 +40,7 @@ def cart(rig: Rig, total: Any, quantities: list[int]) -> None:
 
 
 def checker(rig: Rig) -> tuple[Reconciler, Scheduled]:
-    found, scheduled = rig.reconciler(), Scheduled()
+    found, scheduled = rig.reconciler(rules=RULES), Scheduled()
     found.rechecks = scheduled
     return found, scheduled
 
@@ -95,7 +98,7 @@ def test_the_same_counter_and_truth_a_lag_apart_is_drift_alerted_not_repaired(ri
     [finding] = found.log
     assert (finding.kind, finding.stored, finding.actual) == ("drift", 2, 5)
     assert finding.repair is not None and finding.repair.status == "skipped"
-    assert "60 s apart" in finding.detail
+    assert "90 s apart" in finding.detail
     assert scheduled.sent == []
     assert rig.value(CART, "quantity") == 2  # never written under the aggregator
     [alert] = rig.alerts()
