@@ -274,6 +274,8 @@ class Reconciler:
             first_seen=group.first_seen if group else None,
         )
 
+    # --- step 2, asynchronous counters: judged after the lag -------------------------------
+
     def verify_aggregated(self, rule: TallyRule, key: Key, observed: Observed | None) -> None:
         """Judge a counter a stream aggregator keeps: a finding only if it held across the lag.
 
