@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -136,6 +137,24 @@ class _TallyRule(_RuleBase):
     children: dict[str, str]
     # "decrement": a child removed by TTL is a legitimate decrement the reconciler applies.
     on_ttl_expiry: Literal["alert", "decrement"] = "alert"
+    # Set when a stream aggregator keeps the counter: it may trail its children this long.
+    lag_seconds: Annotated[int, Field(ge=1, le=900)] | None = None
+
+    @field_validator("lag_seconds")
+    @classmethod
+    def _aggregated(cls, lag: int | None, info: ValidationInfo) -> int | None:
+        # The aggregator applies every delta itself: a second writer would count it twice.
+        if lag is not None and info.data.get("repair") == "auto":
+            raise ValueError(
+                "a counter kept by a stream aggregator is never repaired (a repair would "
+                "race its pending deltas); use repair = 'alert'"
+            )
+        if lag is not None and info.data.get("on_ttl_expiry") == "decrement":
+            raise ValueError(
+                "the aggregator applies TTL removals itself; "
+                "on_ttl_expiry = 'decrement' would apply them twice"
+            )
+        return lag
 
     def child_pattern(self, keys: TableKeys) -> KeyPattern:
         """Children share the parent's partition key pattern and narrow the sort key."""

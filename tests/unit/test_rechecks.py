@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
+from hypothesis import given
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from tally.reconciler.rechecks import Recheck, RecheckQueue, parse_recheck
@@ -34,6 +37,25 @@ def test_a_scheduled_recheck_comes_back_as_itself(sqs: Any) -> None:
 
     [message] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert parse_recheck(message["Body"]) == RECHECK
+
+
+def test_an_aggregated_counters_observation_comes_back_with_it(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName="rechecks")["QueueUrl"]
+    observed = Recheck("carts", {"PK": "CART#1", "SK": "TOTAL"}, 0, "off", (None, "3.50"))
+    RecheckQueue(sqs, url).schedule(observed, 0)
+
+    [message] = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert parse_recheck(message["Body"]) == observed
+
+
+@given(
+    stored=st.none() | st.decimals(allow_nan=False, allow_infinity=False).map(str),
+    actual=st.decimals(allow_nan=False, allow_infinity=False).map(str),
+    seen=st.integers(min_value=0, max_value=2**63),
+)
+def test_any_recheck_survives_its_message_body(stored: str | None, actual: str, seen: int) -> None:
+    recheck = Recheck("carts", {"PK": "CART#1", "SK": "TOTAL"}, seen, "off", (stored, actual))
+    assert parse_recheck(json.dumps(asdict(recheck))) == recheck
 
 
 def test_a_delayed_recheck_is_not_visible_yet(sqs: Any) -> None:
@@ -79,6 +101,9 @@ def _body(**changes: Any) -> str:
         (_body(key={"PK": 7}), "key.PK"),
         (_body(reason=None), "reason"),
         (_body(surprise=True), "surprise"),
+        (_body(observed=["3"]), "observed.1"),
+        (_body(observed=[3, "4"]), "observed.0"),
+        (_body(observed=["3", None]), "observed.1"),
     ],
 )
 def test_a_bad_body_names_the_field(body: str, field: str) -> None:

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.key_patterns import Pattern
-from tally.rules import RuleSet, RulesFileError, SequenceRule, load_rules, parse_rules
+from tally.rules import CountRule, RuleSet, RulesFileError, SequenceRule, load_rules, parse_rules
 
 SRC_RULES = Path(__file__).resolve().parents[2] / "src" / "rules.toml"
 
@@ -256,6 +256,35 @@ def test_collection_members_need_a_prefix_sort_key() -> None:
 def test_grace_seconds_out_of_range_is_rejected(grace: int) -> None:
     message = rejected(issues(grace_seconds=grace))
     assert "'issues'" in message and "'grace_seconds'" in message
+
+
+def test_a_counter_kept_by_an_aggregator_declares_its_lag() -> None:
+    aggregated = parse_rules({"rules": [likes(repair="alert", lag_seconds=60)]})["likes"]
+    plain = parse_rules({"rules": [likes()]})["likes"]
+    assert isinstance(aggregated, CountRule) and isinstance(plain, CountRule)
+    assert (aggregated.lag_seconds, plain.lag_seconds) == (60, None)
+
+
+@pytest.mark.parametrize("lag", [0, -1, 901, "soon", 1.5])
+def test_lag_seconds_out_of_range_is_rejected(lag: Any) -> None:
+    message = rejected(likes(repair="alert", lag_seconds=lag))
+    assert "'likes'" in message and "'lag_seconds'" in message
+
+
+@pytest.mark.parametrize(
+    ("setting", "why"),
+    [({"repair": "auto"}, "race"), ({"on_ttl_expiry": "decrement"}, "twice")],
+)
+def test_an_aggregated_counter_is_never_written_by_the_reconciler(
+    setting: dict[str, str], why: str
+) -> None:
+    message = rejected(likes(lag_seconds=60) | {"repair": "alert"} | setting)
+    assert "'likes'" in message and "'lag_seconds'" in message and why in message
+
+
+def test_sequences_have_no_lag() -> None:
+    message = rejected(issues(lag_seconds=60))
+    assert "'issues'" in message and "lag_seconds" in message
 
 
 def test_index_layout_needs_an_exact_counter_key() -> None:

@@ -128,7 +128,10 @@ class Audit:
                 self._due.append(Recheck(target.name, key, seen, "full audit"))
             return
         self.report.recounted += 1
-        reconciler.verify_parent(target, key, None)
+        if target.lag_seconds is None:
+            reconciler.verify_parent(target, key, None)
+        else:
+            reconciler.verify_aggregated(target, key, None)  # a finding only a lag later
 
     def check_candidates(self, candidates: Iterable[Candidate], defer: bool) -> None:
         """The audit query's rows, each through the same path as a scanned candidate."""

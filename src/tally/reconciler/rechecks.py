@@ -8,6 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+# An aggregated counter's (stored, actual) at a recount, as text; stored None: no parent.
+Observed = tuple[str | None, str]
+
 # SQS refuses a DelaySeconds outside 0..900 (15 minutes).
 MAX_DELAY_SECONDS = 900
 
@@ -20,6 +23,7 @@ class Recheck:
     key: dict[str, str]
     counter_seen: int
     reason: str
+    observed: Observed | None = None  # what an aggregated counter's last recount saw
 
 
 class RecheckQueue:
@@ -31,9 +35,12 @@ class RecheckQueue:
 
     def schedule(self, recheck: Recheck, delay_seconds: int) -> None:
         """Deliver the recheck after ``delay_seconds``, clamped to what SQS allows."""
+        body = asdict(recheck)
+        if recheck.observed is None:
+            del body["observed"]  # only aggregated counters carry one
         self.sqs.send_message(
             QueueUrl=self.queue_url,
-            MessageBody=json.dumps(asdict(recheck), sort_keys=True),
+            MessageBody=json.dumps(body, sort_keys=True),
             DelaySeconds=max(0, min(MAX_DELAY_SECONDS, delay_seconds)),
         )
 
@@ -45,6 +52,7 @@ class _RecheckBody(BaseModel):
     key: dict[str, str] = Field(min_length=1)
     counter_seen: int = Field(ge=0)
     reason: str
+    observed: tuple[str | None, str] | None = None
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -57,4 +65,4 @@ def parse_recheck(body: str) -> Recheck:
             for e in error.errors()
         )
         raise ValueError(f"bad recheck message: {problems}") from error
-    return Recheck(parsed.rule, parsed.key, parsed.counter_seen, parsed.reason)
+    return Recheck(parsed.rule, parsed.key, parsed.counter_seen, parsed.reason, parsed.observed)

@@ -3,6 +3,8 @@
 1. Fast path: a group whose counter deltas equal its child deltas proves itself; no read.
 2. Settled recount: read the parent, count or sum the children, read the parent again;
    an unchanged revision makes the count a snapshot. Retry, then defer to a recheck.
+   A counter kept by a stream aggregator is judged only after its lag, on an offset that
+   held across the lag, and never repaired.
 3. Repair: SET the counter to the truth, fenced on the verified counter and revision, in
    one transaction with its log, its marker's record and its alert. A record carrying a
    repair marker is the reconciler's own only if the audit table logged that marker.
@@ -31,7 +33,7 @@ from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
 from tally.reconciler.findings import AlertMessage, Finding, Kind, Repair, shown
 from tally.reconciler.ledger import MemberLedger
-from tally.reconciler.rechecks import Recheck, RecheckQueue
+from tally.reconciler.rechecks import Observed, Recheck, RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import ParentState, Tally, TallyTable
 from tally.rules import AttributeMembers, CountRule, Key, RuleSet, SequenceRule, SumRule
@@ -175,6 +177,10 @@ class Reconciler:
             self.stats.checked += 1
             self.stats.consistent += 1
             return
+        if not isinstance(rule, SequenceRule) and rule.lag_seconds is not None:
+            # Not judged yet: the aggregator may still be adding this batch's deltas.
+            self.schedule_recheck(rule, group.parent_key, 0, "aggregated counter unbalanced")
+            return
         if isinstance(rule, SequenceRule):
             self.report_decreases(rule, group)
             if group.lowest_given_up is not None:
@@ -279,6 +285,39 @@ class Reconciler:
             first_seen=group.first_seen if group else None,
         )
 
+    # --- step 2, asynchronous counters: judged after the lag -------------------------------
+
+    def verify_aggregated(self, rule: TallyRule, key: Key, observed: Observed | None) -> None:
+        """Judge a counter a stream aggregator keeps: a finding only if it held across the lag.
+
+        Whatever deltas were pending at one recount have landed a lag later, so an offset
+        (stored - actual) seen again a lag later, on an unchanged parent, is no lag. An offset
+        that moved was moved by stream records, whose batches recheck it again. Never
+        repaired: a write would race the aggregator's pending deltas.
+        """
+        snapshot = self.settled_recount(rule, key)
+        if snapshot is None:
+            self.stats.deferred += 1
+            self.schedule_recheck(rule, key, 0, "parent kept changing during recount", observed)
+            return
+        self.stats.checked += 1
+        finding = self.judge(rule, key, snapshot, None)
+        if finding is None:
+            self.stats.consistent += 1
+            self.store.clear_standing(rule.name, key)  # a drift that returns is news
+            return
+        seen = _observation(finding)
+        if finding.kind != "invalid_counter" and not _same(observed, seen):
+            if observed is None or _offset(observed) == _offset(seen):
+                # First sight, or the offset held while the parent moved: look a lag later.
+                self.schedule_recheck(rule, key, 0, "aggregated counter off after its lag", seen)
+            # Otherwise the offset moved, and the records that moved it bring their rechecks.
+            return
+        held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
+        detail = "; ".join(part for part in (finding.detail, held) if part)
+        why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
+        self.report(replace(finding, detail=detail).with_repair(Repair("skipped", why)))
+
     # --- step 3: repair ------------------------------------------------------------------
 
     def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
@@ -365,10 +404,18 @@ class Reconciler:
     # --- step 4: gaps --------------------------------------------------------------------
 
     def schedule_recheck(
-        self, rule: TallyRule | SequenceRule, key: Key, counter_seen: int, reason: str
+        self,
+        rule: TallyRule | SequenceRule,
+        key: Key,
+        counter_seen: int,
+        reason: str,
+        observed: Observed | None = None,
     ) -> None:
-        delay = rule.grace_seconds if isinstance(rule, SequenceRule) else self.settle.defer_seconds
-        self.rechecks.schedule(Recheck(rule.name, key, counter_seen, reason), delay)
+        if isinstance(rule, SequenceRule):
+            delay = rule.grace_seconds
+        else:
+            delay = rule.lag_seconds or self.settle.defer_seconds
+        self.rechecks.schedule(Recheck(rule.name, key, counter_seen, reason, observed), delay)
         self.stats.rechecks += 1
 
     def report_decreases(self, rule: SequenceRule, group: Group) -> None:
@@ -401,7 +448,10 @@ class Reconciler:
         rule = self.rules[recheck.rule]
         key = dict(recheck.key)
         if not isinstance(rule, SequenceRule):
-            self.verify_parent(rule, key, None)
+            if rule.lag_seconds is None:
+                self.verify_parent(rule, key, None)
+            else:
+                self.verify_aggregated(rule, key, recheck.observed)
             self.flush_alerts()
             return
         watermark = self.store.watermark(rule.name, key)
@@ -632,6 +682,22 @@ def _valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
     if isinstance(rule, SumRule):
         return True
     return value >= 0 and value == value.to_integral_value()
+
+
+def _observation(finding: Finding) -> Observed:
+    return (None if finding.stored is None else str(finding.stored)), str(finding.actual)
+
+
+def _offset(observed: Observed) -> Decimal:
+    stored, actual = observed
+    return Decimal(stored or 0) - Decimal(actual)
+
+
+def _same(earlier: Observed | None, now: Observed) -> bool:
+    """The same parent state (as numbers) at two recounts."""
+    if earlier is None or (earlier[0] is None) != (now[0] is None):
+        return False
+    return _offset(earlier) == _offset(now) and Decimal(earlier[1]) == Decimal(now[1])
 
 
 def _drifted(rule: TallyRule, snapshot: Snapshot) -> bool:
