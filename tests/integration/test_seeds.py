@@ -8,6 +8,7 @@ Seed 004's and 001's correct use and first fault are walked in test_adopting.py 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -227,3 +228,50 @@ def test_seed_004_likes_lost_response_crash_reset_and_overwrite(
         ("POST#c", "drift", 0, 3),
         ("POST#d", "drift", 99, 3),
     ]
+
+
+def test_seed_000_full_audit_rebuilds_the_ledger_and_finds_a_user_deleted_unseen(
+    adopt: Callable[..., Adopted],
+) -> None:
+    users = adopt("users", "UsersTable")
+    client, table = users.dynamodb, users.table
+    create_user_metadata(client, table)
+    for n in range(6):
+        add_user(client, table, f"user{n:02d}")
+    users.settle()
+    assert users.new_alerts() == []
+
+    # The ledger lost (or a table whose users predate the reconciler): every held number
+    # would read as a gap unless the audit rebuilds the ledger from its scan first.
+    audit, ledger_pk = users.stack.audit_table_name, 'LEDGER#user-ids#{"PK":"UserMetadata"}'
+
+    def ledger() -> list[dict[str, Any]]:
+        return users.dynamodb.query(
+            TableName=audit,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues={":pk": {"S": ledger_pk}},
+            ConsistentRead=True,
+        )["Items"]
+
+    entries = ledger()
+    assert len(entries) == 6
+    for entry in entries:
+        client.delete_item(TableName=audit, Key={"PK": entry["PK"], "SK": entry["SK"]})
+    code, out = users.tally("audit", "--json")
+    assert (code, json.loads(out)["findings"]) == (0, {})
+    assert len(ledger()) == 6
+
+    # A user deleted while no stream reached the ledger: the audit drops the entry after a
+    # consistent read of the user, and the freed number is a gap (alert-only: never voided).
+    client.delete_item(TableName=table, Key={"PK": {"S": "User#user02"}})
+    code, out = users.tally("audit", "--json", "--repair")
+    assert (code, json.loads(out)["findings"]) == (1, {"gap": 1})
+    assert sorted(int(e["number"]["N"]) for e in ledger() if e["held"]["BOOL"]) == [1, 2, 4, 5, 6]
+    held = sorted(int(i["NumIdentifier"]) for i in users.items() if i["PK"] != "UserMetadata")
+    assert held == [1, 2, 4, 5, 6]
+
+    # The same through the stream: a user deleted while LastID stands still frees its number.
+    users.new_alerts()
+    client.delete_item(TableName=table, Key={"PK": {"S": "User#user04"}})
+    users.settle()
+    assert kinds(users.new_alerts()) == [("gap", 5)]

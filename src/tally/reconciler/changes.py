@@ -84,6 +84,7 @@ class Group:
     members_removed: int = 0
     highest_member: int = 0
     lowest_given_up: int | None = None
+    highest_given_up: int = 0
     ledger: list[LedgerChange] = field(default_factory=list)
     decreases: list[Evidence] = field(default_factory=list)
     counter_seen: int = 0
@@ -334,6 +335,7 @@ def _fold_member(
     if before is not None:
         group.members_removed += 1
         group.lowest_given_up = min(before, group.lowest_given_up or before)
+        group.highest_given_up = max(before, group.highest_given_up)
     if after is not None:
         group.inserted[after] += 1
     group.highest_member = max(group.highest_member, before or 0, after or 0)

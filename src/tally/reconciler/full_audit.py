@@ -267,9 +267,12 @@ def rebuild_ledger(
 ) -> None:
     """The member ledger made to agree with the scan, before the sequence is judged."""
     counter = dict(rule.parent)
-    reconciler.ledger.rebuild(
+    _, dropped = reconciler.ledger.rebuild(
         rule, counter, scanned, lambda key: reconciler.table.attribute_number(rule, key)
     )
+    if dropped:
+        # A number no longer held is judged again, wherever the watermark stood.
+        reconciler.store.lower_watermark(rule.name, counter, min(dropped) - 1)
 
 
 def _scan_segment(

@@ -56,23 +56,25 @@ class MemberLedger:
         counter: Key,
         scanned: Iterable[tuple[int, Key]],
         number_of: Callable[[Key], int | None],
-    ) -> tuple[int, int]:
+    ) -> tuple[int, list[int]]:
         """Make the ledger agree with a scan: add what it missed, drop what no longer holds.
 
         A scan is no snapshot, so nothing is taken on its word alone: an entry is added only
         where the ledger has none, and dropped only after a consistent read of the member,
-        conditioned on the entry not having moved since. Returns (added, dropped).
+        conditioned on the entry not having moved since. Returns how many entries were added,
+        and the numbers dropped.
         """
         seen = {(number, _key_json(key)) for number, key in scanned}
-        added = dropped = 0
+        added, dropped = 0, []
         for number, key_json in sorted(seen):
             added += self._put(rule, counter, number, json.loads(key_json), True, _REBUILT, True)
         for item in self._entries(rule, counter, 0):
             member = dict(item["member"])
-            if not item["held"] or (int(item["number"]), _key_json(member)) in seen:
+            number = int(item["number"])
+            if not item["held"] or (number, _key_json(member)) in seen:
                 continue
-            if number_of(member) != int(item["number"]):
-                dropped += self._drop(rule, counter, item)
+            if number_of(member) != number and self._drop(rule, counter, item):
+                dropped.append(number)
         return added, dropped
 
     def _put(

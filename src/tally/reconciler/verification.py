@@ -187,7 +187,9 @@ class Reconciler:
                 # A number no longer held is judged again, wherever the watermark stood.
                 self.store.lower_watermark(rule.name, group.parent_key, group.lowest_given_up - 1)
             # Step 4: not a gap yet; the increment and its put may sit in different batches.
-            self.schedule_recheck(rule, group.parent_key, group.horizon, "unbalanced")
+            # A number given up was handed out long ago: judged even if the counter stood still.
+            horizon = max(group.horizon, group.highest_given_up)
+            self.schedule_recheck(rule, group.parent_key, horizon, "unbalanced")
             return
         self.verify_parent(rule, group.parent_key, group)
 
