@@ -62,6 +62,7 @@ def _body(**changes: Any) -> str:
         "key": RECHECK.key,
         "counter_seen": RECHECK.counter_seen,
         "reason": RECHECK.reason,
+        "carry_since": RECHECK.carry_since,
     }
     body |= changes
     return json.dumps({k: v for k, v in body.items() if v is not ...}, sort_keys=True)
@@ -79,6 +80,8 @@ def _body(**changes: Any) -> str:
         (_body(key={"PK": 7}), "key.PK"),
         (_body(reason=None), "reason"),
         (_body(surprise=True), "surprise"),
+        (_body(carry_since=-1), "carry_since"),
+        (_body(carry_since="7"), "carry_since"),
     ],
 )
 def test_a_bad_body_names_the_field(body: str, field: str) -> None:

@@ -14,12 +14,14 @@ MAX_DELAY_SECONDS = 900
 
 @dataclass(frozen=True)
 class Recheck:
-    """Verify ``rule`` on the parent or counter at ``key``; ``counter_seen`` bounds a gap check."""
+    """Verify ``rule`` on the parent or counter at ``key``; ``counter_seen`` bounds a gap check;
+    ``carry_since`` names the carried remainder to recount (0: none)."""
 
     rule: str
     key: dict[str, str]
     counter_seen: int
     reason: str
+    carry_since: int = 0
 
 
 class RecheckQueue:
@@ -45,6 +47,7 @@ class _RecheckBody(BaseModel):
     key: dict[str, str] = Field(min_length=1)
     counter_seen: int = Field(ge=0)
     reason: str
+    carry_since: int = Field(default=0, ge=0)
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -57,4 +60,4 @@ def parse_recheck(body: str) -> Recheck:
             for e in error.errors()
         )
         raise ValueError(f"bad recheck message: {problems}") from error
-    return Recheck(parsed.rule, parsed.key, parsed.counter_seen, parsed.reason)
+    return Recheck(parsed.rule, parsed.key, parsed.counter_seen, parsed.reason, parsed.carry_since)

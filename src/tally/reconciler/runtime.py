@@ -49,6 +49,7 @@ def reconciler() -> Reconciler:
         RecheckQueue(sqs, env.require("recheck_queue_url")),
         RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
         remind_seconds=env.alert_reminder_hours * 3600,
+        carry_seconds=env.carry_seconds,
     )
 
 
@@ -63,6 +64,7 @@ def emit_metrics(checker: Reconciler) -> None:
         ("OwnWrites", stats.own_writes),
         ("MalformedRecords", stats.malformed),
         ("GroupsBalanced", stats.balanced),
+        ("GroupsCarried", stats.carried),
         ("ParentsChecked", stats.checked),
         ("Recounts", reads.recounts),
         ("RecountItemsRead", reads.items),
@@ -73,6 +75,7 @@ def emit_metrics(checker: Reconciler) -> None:
     ):
         metrics.add_metric(name=name, unit=count, value=value)
     metrics.add_metric(name="RecountCapacity", unit=count, value=float(reads.capacity))
+    metrics.add_metric(name="CarryCapacity", unit=count, value=float(checker.store.carry_units))
     if stats.checked:
         share = 100 * stats.consistent / stats.checked
         metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)
