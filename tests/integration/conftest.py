@@ -148,7 +148,9 @@ class Stack:
     def pending_rechecks(self) -> int:
         attributes = self.sqs.get_queue_attributes(
             QueueUrl=self.recheck_queue,
+            # Visible too: a delay may run out between the receive and this call.
             AttributeNames=[
+                "ApproximateNumberOfMessages",
                 "ApproximateNumberOfMessagesDelayed",
                 "ApproximateNumberOfMessagesNotVisible",
             ],
