@@ -276,9 +276,10 @@ def _fold_parent(
             group.decreases.append(evidence)  # a sequence never goes backwards
         group.counter_seen = max(group.counter_seen, int(after_n), int(before_n))
     else:
-        group.counter_delta += after_n - before_n
+        delta = after_n - before_n
+        group.counter_delta += delta
         group.counter_value = after_n
-        group.deltas.append((sequence_number, after_n - before_n))
+        group.deltas.append((sequence_number, delta))
 
 
 def _fold_child(

@@ -222,14 +222,16 @@ class Reconciler:
         if through <= previous.through:
             self.stats.carried += 1  # folded before; a remainder has its recheck scheduled
             return True
-        added = sum(
-            (delta for number, delta in group.deltas if int(number) > previous.through),
-            Decimal(0),
-        )
-        remainder = previous.remainder + added
+        # The remainder continues only while it never returns to zero: once the records
+        # cancelled it, whatever follows is a new remainder with a window of its own.
+        remainder, continues = previous.remainder, bool(previous.remainder)
+        for number, delta in group.deltas:
+            if int(number) > previous.through:
+                remainder += delta
+                continues = continues and bool(remainder)
         if not remainder:
             carry = Carry(Decimal(0), through)
-        elif previous.remainder:
+        elif continues:
             carry = replace(previous, remainder=remainder, through=through)
         else:
             carry = Carry(remainder, through, _now_ms(), group.first_seen)
