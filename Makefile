@@ -7,7 +7,7 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck sam unit integration test demo bench-writers bench-reconciler invoke clean
+.PHONY: venv install dynamodb-local lint typecheck sam unit integration test demo demo-under-load bench-writers bench-reconciler bench-audit invoke clean
 
 export SAM_CLI_TELEMETRY = 0
 
@@ -32,9 +32,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-# The template must lint clean and build without a container (the code is pure Python).
+# The template must lint clean, also as deployed on an existing table, and build without a
+# container (the code is pure Python).
+EXISTING_TABLE = ExistingTableName=Social \
+	ExistingTableStreamArn=arn:aws:dynamodb:us-east-1:123456789012:table/Social/stream/2024-06-01T00:00:00.000
 sam: $(STAMP)
 	$(VENV)/bin/sam validate --lint
+	$(VENV)/bin/cfn-lint template.yaml --parameters $(EXISTING_TABLE)
 	$(VENV)/bin/sam build --build-dir .aws-sam/build
 
 unit: $(STAMP)
@@ -49,11 +53,21 @@ test: lint typecheck sam unit integration
 demo: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
 	$(PY) -m tally.cli demo
 
+# `make demo` again and again beside busy CPUs: it must pass every run, however slow.
+RUNS ?= 20
+HOGS ?= 2
+demo-under-load: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
+	$(PY) benchmarks/demo_under_load.py --runs $(RUNS) --hogs $(HOGS)
+
 bench-writers: $(STAMP)
 	$(PY) benchmarks/bench_writers.py
 
 bench-reconciler: $(STAMP)
 	$(PY) benchmarks/bench_reconciler.py
+
+# Scan engine against export + DuckDB on 10^5 and 10^6 items; loading DynamoDB Local dominates.
+bench-audit: $(STAMP)
+	$(PY) benchmarks/bench_audit.py
 
 # `make invoke FN=ReconcilerFunction EVENT=events/ReconcilerFunction/like_added.json`:
 # sam local invoke with Docker (host network, so the container reaches the local stack),

@@ -1,13 +1,16 @@
-"""Helpers shared by the tests: a Lambda context, item conversions, stream records, outages."""
+"""Helpers shared by the tests: a Lambda context, item conversions, stream records, exports."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 import itertools
+import json
+from pathlib import Path
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import ConnectionClosedError, EndpointConnectionError
-from botocore.httpsession import URLLib3Session
 
 from tally.local.runner import LocalContext
 
@@ -63,32 +66,61 @@ def stream_record(
     return body
 
 
-class Outage:
-    """Breaks one operation of a boto3 client, the way a network or a service fails.
+def write_aws_export(
+    root: Path,
+    items: list[dict[str, Any]],
+    *,
+    prefix: str = "audits/tally",
+    export_id: str = "01736985600000-a1b2c3d4",
+    files: int = 2,
+) -> Path:
+    """``items`` (DynamoDB JSON) as DynamoDB's export to S3 lays them out, downloaded as is.
 
-    ``down``: the request never leaves (the service is unreachable).
-    ``lost``: the request reaches the service and is handled, then the response is lost on
-    the way back; the client's own retry policy decides whether it is sent again.
-    ``times`` bounds how many attempts fail (None: until ``heal()``); ``calls`` counts them.
+    The keys carry the export prefix and the bucket is named, as in AWS; one data file is
+    empty, as an empty partition's is.
     """
-
-    def __init__(self, client: Any, operation: str, mode: str, times: int | None = None):
-        self.client, self.mode, self.times = client, mode, times
-        service = client.meta.service_model.service_id.hyphenize()
-        self.event = f"before-send.{service}.{operation}"
-        self.calls = 0
-        self.failed = 0
-        client.meta.events.register(self.event, self._before_send)
-
-    def _before_send(self, request: Any, **_: Any) -> None:
-        self.calls += 1
-        if self.times is not None and self.failed >= self.times:
-            return None
-        self.failed += 1
-        if self.mode == "lost":
-            URLLib3Session().send(request)
-            raise ConnectionClosedError(endpoint_url=request.url)
-        raise EndpointConnectionError(endpoint_url=request.url)
-
-    def heal(self) -> None:
-        self.client.meta.events.unregister(self.event, self._before_send)
+    base = f"{prefix}/AWSDynamoDB/{export_id}"
+    directory = root / base
+    (directory / "data").mkdir(parents=True)
+    (directory / "_started").touch()
+    lines = []
+    for index in range(files + 1):
+        chunk = items[index::files] if index < files else []
+        name = f"{index:04d}{export_id[-8:]}.json.gz"
+        body = "".join(json.dumps({"Item": item}) + "\n" for item in chunk).encode()
+        data = gzip.compress(body) if chunk else b""
+        (directory / "data" / name).write_bytes(data)
+        digest = hashlib.md5(data)
+        lines.append(
+            {
+                "itemCount": len(chunk),
+                "md5Checksum": base64.b64encode(digest.digest()).decode(),
+                "etag": digest.hexdigest(),
+                "dataFileS3Key": f"{base}/data/{name}",
+            }
+        )
+    manifest = "".join(json.dumps(line) + "\n" for line in lines)
+    (directory / "manifest-files.json").write_text(manifest)
+    (directory / "manifest-files.checksum").write_text(hashlib.md5(manifest.encode()).hexdigest())
+    summary = {
+        "version": "2020-06-30",
+        "exportArn": f"arn:aws:dynamodb:us-east-1:123456789012:table/tally/export/{export_id}",
+        "startTime": "2025-01-16T00:00:00.000Z",
+        "endTime": "2025-01-16T00:06:12.345Z",
+        "tableArn": "arn:aws:dynamodb:us-east-1:123456789012:table/tally",
+        "tableId": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+        "exportTime": "2025-01-16T00:00:00.000Z",
+        "s3Bucket": "tally-audit-123456789012",
+        "s3Prefix": prefix,
+        "s3SseAlgorithm": "AES256",
+        "s3SseKmsKeyId": None,
+        "manifestFilesS3Key": f"{base}/manifest-files.json",
+        "billedSizeBytes": 4096,
+        "itemCount": len(items),
+        "outputFormat": "DYNAMODB_JSON",
+        "exportType": "FULL_EXPORT",
+    }
+    text = json.dumps(summary)
+    (directory / "manifest-summary.json").write_text(text)
+    (directory / "manifest-summary.checksum").write_text(hashlib.md5(text.encode()).hexdigest())
+    return directory

@@ -1,8 +1,9 @@
-"""The ``tally`` command: local stack, stream pump, audit, alerts and replay.
+"""The ``tally`` command: local stack, stream pump, audit, alerts, replay and rules.
 
 Commands work on the local stack (``tally local up``), on a deployed stack
 (``--stack NAME``), or on whatever ``TABLE_NAME``/``AUDIT_TABLE_NAME``/... the environment
-already names.
+already names. The rules file is ``--rules``, else ``RULES_FILE``, else the local stack's,
+else the bundled example.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
 from tally.local.template import TEMPLATE_PATH
+from tally.rules import DEFAULT_RULES_FILE, RulesFileError
 
 STATE_DIR = Path(os.environ.get("TALLY_STATE_DIR") or local_stack.DEFAULT_STATE_DIR)
 
@@ -32,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except (dynamodb_local.DynamoDBLocalUnavailable, local_stack.LocalStackError) as error:
         print(f"tally: {error}", file=sys.stderr)
         return 1
+    except RulesFileError as error:
+        print(f"tally: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     return code
@@ -46,9 +51,13 @@ def _parser() -> argparse.ArgumentParser:
     local.add_argument(
         "--sam", action="store_true", help="with env: a `sam local invoke --env-vars` file"
     )
+    local.add_argument("--template", type=Path, help="with up: the table from your template")
+    local.add_argument("--table-id", help="with --template: its table's logical id (Table)")
+    rules_option(local)
     local.set_defaults(run=_local)
 
     pump = commands.add_parser("pump", help="play Lambda's stream and queue triggers locally")
+    rules_option(pump)
     pump.add_argument("--until-idle", action="store_true", help="stop once drained")
     pump.add_argument("--max-seconds", type=float, default=300.0)
     pump.set_defaults(run=_pump)
@@ -60,9 +69,23 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--repair", action="store_true", help="repair (rules in auto mode)")
     mode.add_argument("--dry-run", action="store_true", help="show repairs, write none (default)")
     audit.add_argument("--segments", type=int, default=4, help="parallel scan segments")
+    audit.add_argument(
+        "--engine",
+        choices=["scan", "duckdb"],
+        default="scan",
+        help="scan the table (read capacity), or query an export with DuckDB (none)",
+    )
+    audit.add_argument("--export", type=Path, help="with --engine duckdb: the export to audit")
     audit.add_argument("--json", action="store_true", help="the report as JSON")
     _target(audit)
+    rules_option(audit)
     audit.set_defaults(run=_audit)
+
+    export = commands.add_parser("export", help="write the table in DynamoDB's export layout")
+    export.add_argument("--out", type=Path, required=True, help="directory to write it under")
+    export.add_argument("--segments", type=int, default=4, help="parallel scan segments")
+    _target(export)
+    export.set_defaults(run=_export)
 
     alerts = commands.add_parser("alerts", help="alerts the local subscriber received")
     alerts.add_argument("--follow", action="store_true", help="keep printing new ones")
@@ -71,12 +94,18 @@ def _parser() -> argparse.ArgumentParser:
 
     replay = commands.add_parser("replay", help="re-verify what landed on the on-failure queue")
     _target(replay)
+    rules_option(replay)
     replay.set_defaults(run=_replay)
 
     invoke = commands.add_parser("invoke", help="invoke a template function in process")
     invoke.add_argument("function", help="logical id, e.g. ReconcilerFunction")
     invoke.add_argument("event", type=Path, help="event JSON file, e.g. from events/")
+    rules_option(invoke)
     invoke.set_defaults(run=_invoke)
+
+    from tally.cli_rules import register
+
+    register(commands)
 
     demo = commands.add_parser("demo", help="the end-to-end demo on the local stack")
     demo.add_argument("--keep", action="store_true", help="leave the local stack running")
@@ -92,12 +121,35 @@ def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stack", help="a deployed stack's name (default: the local stack)")
 
 
+def rules_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rules", type=Path, help="the rules file (default: $RULES_FILE, else the stack's)"
+    )
+
+
+def rules_file(options: argparse.Namespace) -> Path | None:
+    """The rules file the user named (``--rules``, else ``RULES_FILE``), or None."""
+    given = getattr(options, "rules", None) or os.environ.get("RULES_FILE")
+    return Path(given).resolve() if given else None
+
+
 # --- local stack and pump ---------------------------------------------------------------
 
 
 def _local(options: argparse.Namespace) -> int:
+    if options.action != "up" and (options.template or options.table_id):
+        print("tally: --template and --table-id go with `tally local up`", file=sys.stderr)
+        return 2
+    if options.table_id and not options.template:
+        print("tally: --table-id names a table of --template FILE", file=sys.stderr)
+        return 2
     if options.action == "up":
-        stack = local_stack.up(STATE_DIR)
+        stack = local_stack.up(
+            STATE_DIR,
+            rules_file=rules_file(options),
+            template=options.template,
+            table_id=options.table_id or "Table",
+        )
         state = "already running" if stack.already_running else "up"
         print(
             f"local stack {state}: DynamoDB Local {stack.dynamodb_endpoint}, "
@@ -142,29 +194,36 @@ def _running() -> local_stack.LocalStack:
 def _pump(options: argparse.Namespace) -> int:
     from tally.local import runner
 
-    pump = runner.pump(_running(), STATE_DIR, say=lambda line: print(line, file=sys.stderr))
-    try:
+    pump = runner.pump(
+        _running(),
+        STATE_DIR,
+        say=lambda line: print(line, file=sys.stderr),
+        rules_file=rules_file(options),
+    )
+    with runner.stopped_by_signals(pump):
         if options.until_idle:
             report = pump.until_idle(options.max_seconds)
+            state = "idle" if report.idle else "stopped before idle"
             print(
-                f"pump: idle. {report.records} records, {report.batches} batches, "
+                f"pump: {state}. {report.records} records, {report.batches} batches, "
                 f"{report.retries} retries, {report.sent_to_failure_queue} to the on-failure "
                 f"queue, {report.rechecks} rechecks done, {report.pending_rechecks} not yet due",
                 file=sys.stderr,
             )
+            if not report.idle and not pump.stop_signal:
+                return 1
         else:
             pump.forever()
-    finally:
-        runner.save_checkpoint(pump, STATE_DIR)
-    return 0
+    return runner.exit_code(pump)
 
 
 # --- operator commands -------------------------------------------------------------------
 
 
 @contextmanager
-def _environment(stack_name: str | None) -> Iterator[None]:
-    """The target's variables (deployed stack, local stack, or the current environment)."""
+def environment(stack_name: str | None, rules: Path | None) -> Iterator[None]:
+    """The target's variables (deployed stack, local stack, or the current environment),
+    and the rules file: ``rules`` if given, else the local stack's, else the bundled one."""
     from tally.local.functions import environ
 
     if stack_name:
@@ -173,7 +232,9 @@ def _environment(stack_name: str | None) -> Iterator[None]:
         values = local_stack.env(local)
     else:
         values = {}
-    values.setdefault("RULES_FILE", str(TEMPLATE_PATH.parent / "src" / "rules.toml"))
+    if rules is not None:
+        values["RULES_FILE"] = str(rules)
+    values.setdefault("RULES_FILE", str(DEFAULT_RULES_FILE))
     with environ(values):
         yield
 
@@ -198,23 +259,57 @@ def _audit(options: argparse.Namespace) -> int:
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
 
-    with _environment(options.stack):
+    if (options.engine == "duckdb") != (options.export is not None) or (
+        options.parent and options.export
+    ):
+        print("tally: --export goes with --engine duckdb (and not with --parent)", file=sys.stderr)
+        return 2
+    export = None
+    if options.export is not None:
+        from tally.local.exports import ExportError, read_export
+
+        try:
+            export = read_export(options.export)
+        except ExportError as error:
+            print(f"tally: {error}", file=sys.stderr)
+            return 2
+        print(f"auditing export {export.export_id} ({export.item_count} items)", file=sys.stderr)
+    with environment(options.stack, rules_file(options)):
         checker = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
         checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
-        bar = _ProgressBar()
-        report = full_audit(
-            checker,
-            rule=options.rule,
-            parent=_key(options.parent) if options.parent else None,
-            segments=options.segments,
-            progress=bar.advance,
-        )
-        bar.done()
+        if export is not None:
+            from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
+
+            try:
+                report = duckdb_audit(checker, export, rule=options.rule)
+            except DuckDBMissing as error:
+                print(f"tally: {error}", file=sys.stderr)
+                return 1
+        else:
+            bar = _ProgressBar()
+            report = full_audit(
+                checker,
+                rule=options.rule,
+                parent=_key(options.parent) if options.parent else None,
+                segments=options.segments,
+                progress=bar.advance,
+            )
+            bar.done()
     if options.json:
         print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in checker.log]}))
         return 0
     print(_audit_table(report.as_json(), checker.log))
+    return 0
+
+
+def _export(options: argparse.Namespace) -> int:
+    from tally.local.exports import export_table
+
+    with environment(options.stack, None):
+        export = export_table(options.out, segments=options.segments)
+    print(f"exported {export.item_count} items to", file=sys.stderr)
+    print(export.directory)
     return 0
 
 
@@ -265,8 +360,11 @@ def _audit_table(report: dict[str, Any], findings: list[Any]) -> str:
         )
     total = sum(report["findings"].values())
     lines.append("-" * 56)
+    export = report["export"]
+    scanned = f"{report['items_scanned']} items scanned"
+    read = f"{export['items']} items exported" if export else scanned
     lines.append(
-        f"{report['items_scanned']} items scanned, {report['recounted']} parents recounted, "
+        f"{read}, {report['recounted']} parents recounted, "
         f"{total} findings, {report['seconds']} s" + ("" if total else ": clean")
     )
     return "\n".join(lines)
@@ -293,7 +391,7 @@ def _alerts(options: argparse.Namespace) -> int:
 def _replay(options: argparse.Namespace) -> int:
     from tally.reconciler.replay import replay
 
-    with _environment(options.stack):
+    with environment(options.stack, rules_file(options)):
         outcome = replay(say=lambda line: print(line, file=sys.stderr))
     print(json.dumps(outcome))
     return 0 if not outcome["failed"] else 1
@@ -303,7 +401,8 @@ def _invoke(options: argparse.Namespace) -> int:
     from tally.local import runner
 
     event = json.loads(options.event.read_text())
-    response = runner.invoker(_running(), options.function)(event)
+    invoke = runner.invoker(_running(), options.function, rules_file=rules_file(options))
+    response = invoke(event)
     print(json.dumps(response, indent=2, default=str))
     return 0
 

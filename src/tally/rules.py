@@ -1,22 +1,44 @@
 """Rules: the declared counter invariants, loaded and validated once from one TOML file.
 
-A key pattern maps a key attribute to a value: an exact string, or a prefix ending in ``*``.
-Children of a count or sum rule share their parent's partition key; collection members of
-a sequence share their counter's partition key; index members are found through a GSI.
+The ``[table]`` section names the table's key attributes and their types. Children of a
+count or sum rule share their parent's partition key: the table needs a sort key for them.
+Sequence members sit in the counter's item collection (``collection``), each in a partition
+of its own keyed by the number (``partition``), or are found through a GSI (``index``).
+Key values are text everywhere (numbers in DynamoDB's canonical form, see key_patterns);
+``TableKeys.typed`` turns them back into what DynamoDB expects at the call.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+
+from tally.key_patterns import (
+    Checks,
+    KeyType,
+    Pattern,
+    checks_pass,
+    key_text,
+    number_text,
+    parse_number,
+)
 
 Key = dict[str, str]
+KeyPattern = dict[str, Pattern]
 RepairMode = Literal["auto", "alert", "off"]
 Role = Literal["parent", "child", "member"]
 
@@ -29,86 +51,68 @@ class RulesFileError(ValueError):
     """The rules file is unreadable or breaks a rule; the message names the rule and field."""
 
 
-@dataclass(frozen=True)
-class Pattern:
-    """One key attribute's pattern: an exact value, or a prefix when ``is_prefix``."""
-
-    value: str
-    is_prefix: bool
-
-    @classmethod
-    def parse(cls, text: str) -> Pattern:
-        if "*" in text[:-1]:
-            raise ValueError(f"{text!r} can never match: '*' may only end a pattern")
-        if text.endswith("*"):
-            return cls(text[:-1], True)
-        if not text:
-            raise ValueError("an empty key value can never match: DynamoDB keys are non-empty")
-        return cls(text, False)
-
-    def matches(self, value: str) -> bool:
-        return value.startswith(self.value) if self.is_prefix else value == self.value
-
-    def overlaps(self, other: Pattern) -> bool:
-        if self.is_prefix and other.is_prefix:
-            return self.value.startswith(other.value) or other.value.startswith(self.value)
-        if self.is_prefix:
-            return other.value.startswith(self.value)
-        if other.is_prefix:
-            return self.value.startswith(other.value)
-        return self.value == other.value
-
-    def __str__(self) -> str:
-        return self.value + "*" if self.is_prefix else self.value
-
-
-KeyPattern = dict[str, Pattern]
-
-
-def _overlap(a: KeyPattern, b: KeyPattern) -> bool:
-    """True when some key matches both (an attribute one side leaves open matches anything)."""
-    return all(a[name].overlaps(b[name]) for name in a.keys() & b.keys())
-
-
-_Checks = tuple[tuple[str, str, bool], ...]
-
-
-def _checks(pattern: KeyPattern) -> _Checks:
-    return tuple((name, p.value, p.is_prefix) for name, p in pattern.items())
-
-
-def _checks_pass(checks: _Checks, key: Mapping[str, Any]) -> bool:
-    for name, value, is_prefix in checks:
-        actual = key.get(name)
-        if actual.__class__ is not str:
-            return False
-        if not (actual.startswith(value) if is_prefix else actual == value):
-            return False
-    return True
-
-
-def _parse_patterns(raw: Mapping[str, str]) -> KeyPattern:
-    return {name: Pattern.parse(text) for name, text in raw.items()}
+def _checks(pattern: KeyPattern) -> Checks:
+    return tuple(p.check(name) for name, p in pattern.items())
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Numbers written without quotes (sk = 0) are key values like any other.
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 class TableKeys(_Strict):
-    partition_key: str = "PK"
-    sort_key: str | None = "SK"
+    """The table's key schema: a partition key and, optionally, a sort key; S or N each."""
+
+    partition_key: Annotated[str, Field(min_length=1)]
+    sort_key: Annotated[str, Field(min_length=1)] | None = None
+    partition_key_type: KeyType = "S"
+    sort_key_type: KeyType = "S"
+    # The table's TTL attribute, if it has one: writers keep it off items an expiry would break.
+    ttl_attribute: Annotated[str, Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TableKeys:
+        if self.sort_key == self.partition_key:
+            raise ValueError("sort_key must differ from partition_key")
+        if self.ttl_attribute is not None and self.ttl_attribute in self.names:
+            raise ValueError("ttl_attribute must not be a key attribute")
+        if self.sort_key is None and "sort_key_type" in self.model_fields_set:
+            raise ValueError("sort_key_type is set but the table has no sort_key")
+        return self
 
     @property
     def names(self) -> tuple[str, ...]:
         return (
-            (self.partition_key,)
-            if self.sort_key is None
-            else (
-                self.partition_key,
-                self.sort_key,
-            )
+            (self.partition_key,) if self.sort_key is None else (self.partition_key, self.sort_key)
         )
+
+    def type_of(self, name: str) -> KeyType:
+        return self.sort_key_type if name == self.sort_key else self.partition_key_type
+
+    def numeric(self, name: str) -> bool:
+        return name in self.names and self.type_of(name) == "N"
+
+    def pattern(self, name: str, text: str, *, numbered: bool = False) -> Pattern:
+        return Pattern.parse(text, numeric=self.numeric(name), numbered=numbered)
+
+    def patterns(self, raw: Mapping[str, str]) -> KeyPattern:
+        return {name: self.pattern(name, text) for name, text in raw.items()}
+
+    def typed(self, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The item with its number key attributes as Decimal, ready to serialize."""
+        out = dict(item)
+        for name in self.names:
+            if self.type_of(name) == "N" and isinstance(out.get(name), str):
+                out[name] = Decimal(out[name])
+        return out
+
+
+PK_SK = TableKeys(partition_key="PK", sort_key="SK")
+
+
+def _context_keys(info: ValidationInfo) -> TableKeys:
+    found = (info.context or {}).get("table")
+    return found if isinstance(found, TableKeys) else PK_SK
 
 
 class _RuleBase(_Strict):
@@ -118,15 +122,12 @@ class _RuleBase(_Strict):
     revision: str | None = None
     repair: RepairMode = "alert"
 
-    @field_validator("parent")
-    @classmethod
-    def _parent_patterns_parse(cls, value: dict[str, str]) -> dict[str, str]:
-        _parse_patterns(value)
-        return value
+    def parent_pattern(self, keys: TableKeys) -> KeyPattern:
+        return keys.patterns(self.parent)
 
-    @property
-    def parent_pattern(self) -> KeyPattern:
-        return _parse_patterns(self.parent)
+    def exact_parent(self, keys: TableKeys) -> Key:
+        """The parent key in canonical text (every attribute exact)."""
+        return {name: p.value for name, p in self.parent_pattern(keys).items()}
 
 
 class _TallyRule(_RuleBase):
@@ -134,28 +135,16 @@ class _TallyRule(_RuleBase):
     # "decrement": a child removed by TTL is a legitimate decrement the reconciler applies.
     on_ttl_expiry: Literal["alert", "decrement"] = "alert"
 
-    @field_validator("children")
-    @classmethod
-    def _children_patterns_parse(cls, value: dict[str, str]) -> dict[str, str]:
-        _parse_patterns(value)
-        return value
-
     def child_pattern(self, keys: TableKeys) -> KeyPattern:
         """Children share the parent's partition key pattern and narrow the sort key."""
-        pattern = {keys.partition_key: self.parent_pattern[keys.partition_key]}
-        pattern.update(_parse_patterns(self.children))
+        pattern = {keys.partition_key: self.parent_pattern(keys)[keys.partition_key]}
+        pattern.update(keys.patterns(self.children))
         return pattern
 
-    def parent_key_of(self, child_key: Mapping[str, str], keys: TableKeys) -> Key:
+    def children_pattern(self, keys: TableKeys) -> Pattern:
+        """The children's sort key pattern: a prefix, or any positive number."""
         assert keys.sort_key is not None
-        return {
-            keys.partition_key: child_key[keys.partition_key],
-            keys.sort_key: self.parent[keys.sort_key],
-        }
-
-    def child_prefix(self, keys: TableKeys) -> str:
-        assert keys.sort_key is not None
-        return _parse_patterns(self.children)[keys.sort_key].value
+        return keys.pattern(keys.sort_key, self.children[keys.sort_key])
 
 
 class CountRule(_TallyRule):
@@ -171,23 +160,58 @@ class SumRule(_TallyRule):
     summed: Annotated[str, Field(min_length=1)]
 
 
-class CollectionMembers(_Strict):
-    """Members in the counter's item collection: sort key = prefix + zero-padded number."""
+class _NumberedMembers(_Strict):
+    """Members whose key carries their number: prefix + number zero-padded to ``width``.
 
-    layout: Literal["collection"]
-    SK: str
+    The pattern is written as a field named after the key attribute (``SK = "ISSUE#*"``);
+    it is gathered into ``key``.
+    """
+
+    key: dict[str, str]
     width: Annotated[int, Field(ge=1, le=38)] = 10
 
-    @field_validator("SK")
+    @model_validator(mode="before")
     @classmethod
-    def _sk_is_prefix(cls, value: str) -> str:
-        if not Pattern.parse(value).is_prefix:
-            raise ValueError(f"{value!r} must be a prefix ending in '*' (the number follows it)")
-        return value
+    def _gather_key_fields(cls, data: Any, info: ValidationInfo) -> Any:
+        if not isinstance(data, dict):
+            return data
+        keys = _context_keys(info)
+        named = {name: data[name] for name in keys.names if name in data}
+        if not named and "key" not in data:
+            wanted = keys.sort_key if data.get("layout") == "collection" else keys.partition_key
+            if wanted is None:
+                raise ValueError("'collection' needs a table sort key; see layout 'partition'")
+            others = sorted(set(data) - {"layout", "width"})
+            raise ValueError(
+                f'name the key attribute that carries the number: {wanted} = "PREFIX#*"'
+                + (f" (not {', '.join(others)})" if others else "")
+            )
+        if not named:
+            return data
+        rest = {field: value for field, value in data.items() if field not in named}
+        return rest | {"key": named}
+
+    @property
+    def attribute(self) -> str:
+        """The key attribute that carries the number."""
+        starred = [name for name, text in self.key.items() if text.endswith("*")]
+        return starred[0] if starred else next(iter(self.key))
 
     @property
     def prefix(self) -> str:
-        return self.SK[:-1]
+        return self.key[self.attribute].removesuffix("*")
+
+
+class CollectionMembers(_NumberedMembers):
+    """Members in the counter's item collection: sort key = prefix + number."""
+
+    layout: Literal["collection"]
+
+
+class PartitionMembers(_NumberedMembers):
+    """Members each in a partition of their own: partition key = prefix + number (seed 001)."""
+
+    layout: Literal["partition"]
 
 
 class IndexMembers(_Strict):
@@ -200,20 +224,15 @@ class IndexMembers(_Strict):
     number: Annotated[str, Field(min_length=1)]
     sequence: str | None = None
 
-    @field_validator("key")
-    @classmethod
-    def _key_patterns_parse(cls, value: dict[str, str]) -> dict[str, str]:
-        if not value:
-            raise ValueError("a member key pattern needs at least one key attribute")
-        _parse_patterns(value)
-        return value
+
+Members = CollectionMembers | PartitionMembers | IndexMembers
 
 
 class SequenceRule(_RuleBase):
     """The counter equals the highest number handed out; 1..counter each present once."""
 
     kind: Literal["sequence"]
-    members: Annotated[CollectionMembers | IndexMembers, Field(discriminator="layout")]
+    members: Annotated[Members, Field(discriminator="layout")]
     grace_seconds: Annotated[int, Field(ge=0, le=900)] = 60
 
     @property
@@ -223,26 +242,36 @@ class SequenceRule(_RuleBase):
         return self.members.sequence or self.name
 
     def member_pattern(self, keys: TableKeys) -> KeyPattern:
-        if isinstance(self.members, IndexMembers):
-            return _parse_patterns(self.members.key)
-        assert keys.sort_key is not None
-        return {
-            keys.partition_key: self.parent_pattern[keys.partition_key],
-            keys.sort_key: Pattern(self.members.prefix, True),
-        }
+        members = self.members
+        if isinstance(members, IndexMembers):
+            return keys.patterns(members.key)
+        pattern = keys.patterns({n: t for n, t in members.key.items() if n != members.attribute})
+        number = members.attribute
+        pattern[number] = keys.pattern(number, members.key[number], numbered=True)
+        if isinstance(members, CollectionMembers):
+            pattern[keys.partition_key] = self.parent_pattern(keys)[keys.partition_key]
+        return pattern
 
     def member_key(self, counter_key: Mapping[str, str], number: int, keys: TableKeys) -> Key:
-        """The collection member's key for ``number``."""
-        assert isinstance(self.members, CollectionMembers) and keys.sort_key is not None
-        return {
-            keys.partition_key: counter_key[keys.partition_key],
-            keys.sort_key: self.members.prefix + str(number).zfill(self.members.width),
-        }
+        """The key of the member numbered ``number`` (collection and partition layouts)."""
+        members = self.members
+        assert not isinstance(members, IndexMembers)
+        attribute = members.attribute
+        text = str(number)
+        if not keys.numeric(attribute):
+            text = members.prefix + text.zfill(members.width)
+        if isinstance(members, CollectionMembers):
+            return {keys.partition_key: counter_key[keys.partition_key], attribute: text}
+        return {name: p.value for name, p in keys.patterns(members.key).items()} | {attribute: text}
 
-    def member_number(self, sort_key: str) -> int | None:
-        """The number a collection member's sort key carries, or None if it carries none."""
-        assert isinstance(self.members, CollectionMembers)
-        digits = sort_key[len(self.members.prefix) :]
+    def member_number(self, value: Any) -> int | None:
+        """The number a member's numbered key value carries, or None if it carries none."""
+        members = self.members
+        assert not isinstance(members, IndexMembers)
+        text = key_text(value)
+        if not isinstance(text, str) or not text.startswith(members.prefix):
+            return None
+        digits = text[len(members.prefix) :]
         return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
@@ -251,7 +280,8 @@ AnyRule = CountRule | SumRule | SequenceRule
 
 
 class _RulesDocument(_Strict):
-    table: TableKeys = TableKeys()
+    # Without a [table] section the table is the example's: PK and SK, both strings.
+    table: TableKeys = PK_SK
     rules: Annotated[list[Rule], Field(min_length=1)]
 
 
@@ -264,6 +294,13 @@ class Match:
     parent_key: Key
 
 
+ParentOf = Callable[[Mapping[str, Any]], Key]
+
+
+# A rule compiled for classify: rule, parent checks, role, claimed checks, parent key of a claim.
+_Compiled = tuple[AnyRule, Checks, Role, Checks, ParentOf]
+
+
 class RuleSet:
     """The validated rules, with key classification for writers and the reconciler."""
 
@@ -271,7 +308,8 @@ class RuleSet:
         self.table = table
         self.rules = rules
         self._by_name = {rule.name: rule for rule in rules}
-        self._compiled: list[tuple[AnyRule, _Checks, Role, _Checks]] | None = None
+        self._compiled: list[_Compiled] | None = None
+        self._numeric_keys = any(table.type_of(name) == "N" for name in table.names)
 
     def __iter__(self) -> Iterator[CountRule | SumRule | SequenceRule]:
         return iter(self.rules)
@@ -287,24 +325,41 @@ class RuleSet:
         if self._compiled is None:
             self._compiled = [self._compile(rule) for rule in self.rules]
         matches: list[Match] = []
-        for rule, parent, role, claimed in self._compiled:
-            if _checks_pass(parent, key):
+        for rule, parent, role, claimed, parent_of in self._compiled:
+            if checks_pass(parent, key):
                 matches.append(Match(rule, "parent", self.key_of(key)))
-            elif _checks_pass(claimed, key):
-                matches.append(Match(rule, role, self._parent_of(rule, key)))
+            elif checks_pass(claimed, key):
+                matches.append(Match(rule, role, parent_of(key)))
         return matches
 
-    def _compile(self, rule: AnyRule) -> tuple[AnyRule, _Checks, Role, _Checks]:
+    def _compile(self, rule: AnyRule) -> _Compiled:
         """The rule's patterns as plain tuples: classify runs once per stream record."""
-        parent = _checks(rule.parent_pattern)
-        if isinstance(rule, CountRule | SumRule):
-            return rule, parent, "child", _checks(rule.child_pattern(self.table))
-        return rule, parent, "member", _checks(rule.member_pattern(self.table))
+        keys = self.table
+        parent = _checks(rule.parent_pattern(keys))
+        pk = keys.partition_key
+        if isinstance(rule, SequenceRule) and not isinstance(rule.members, CollectionMembers):
+            counter = rule.exact_parent(keys)
+            return (
+                rule,
+                parent,
+                "member",
+                _checks(rule.member_pattern(keys)),
+                lambda _: dict(counter),
+            )
+        assert keys.sort_key is not None
+        sk, parent_sk = keys.sort_key, rule.exact_parent(keys).get(keys.sort_key, "")
+        if keys.numeric(pk):
 
-    def _parent_of(self, rule: AnyRule, key: Mapping[str, Any]) -> Key:
-        if isinstance(rule, CountRule | SumRule):
-            return rule.parent_key_of(key, self.table)
-        return self._sequence_counter_key(rule, key)
+            def parent_of(key: Mapping[str, Any]) -> Key:
+                return {pk: key_text(key[pk]), sk: parent_sk}
+        else:
+
+            def parent_of(key: Mapping[str, Any]) -> Key:
+                return {pk: key[pk], sk: parent_sk}
+
+        if isinstance(rule, SequenceRule):
+            return rule, parent, "member", _checks(rule.member_pattern(keys)), parent_of
+        return rule, parent, "child", _checks(rule.child_pattern(keys)), parent_of
 
     def child_match(self, key: Mapping[str, Any]) -> Match:
         """The count or sum rule this key is a child of; ValueError naming the key if none."""
@@ -326,21 +381,20 @@ class RuleSet:
         expected = set(self.table.names)
         if set(key) != expected:
             raise ValueError(f"key must have exactly the attributes {sorted(expected)}: {key}")
-        for name in expected:
-            if not isinstance(key[name], str) or not key[name]:
+        for name in self.table.names:
+            value = key[name]
+            if not isinstance(value, str) or not value:
                 raise ValueError(f"key attribute {name!r} must be a non-empty string")
+            if self.table.type_of(name) == "N":
+                canonical = number_text(parse_number(value))
+                if value != canonical:
+                    raise ValueError(f"key attribute {name!r} is a number: write {canonical!r}")
 
     def key_of(self, item: Mapping[str, Any]) -> Key:
+        """The item's key, as text (numbers in DynamoDB's canonical form)."""
+        if self._numeric_keys:
+            return {name: key_text(item[name]) for name in self.table.names}
         return {name: item[name] for name in self.table.names}
-
-    def _sequence_counter_key(self, rule: SequenceRule, member_key: Mapping[str, Any]) -> Key:
-        if isinstance(rule.members, IndexMembers):
-            return dict(rule.parent)
-        assert self.table.sort_key is not None
-        return {
-            self.table.partition_key: member_key[self.table.partition_key],
-            self.table.sort_key: rule.parent[self.table.sort_key],
-        }
 
 
 def load_rules(path: str | Path | None = None) -> RuleSet:
@@ -358,115 +412,21 @@ def load_rules(path: str | Path | None = None) -> RuleSet:
 def parse_rules(raw: Mapping[str, Any], source: str = "<rules>") -> RuleSet:
     """Validate a parsed rules document; every problem names the rule and the field."""
     try:
-        document = _RulesDocument.model_validate(raw)
+        # The key schema first: member patterns are fields named after its attributes.
+        table = TableKeys.model_validate(raw["table"]) if "table" in raw else PK_SK
+    except ValidationError:
+        table = PK_SK  # the document's validation below reports what is wrong with it
+    try:
+        document = _RulesDocument.model_validate(raw, context={"table": table})
     except ValidationError as error:
-        raise RulesFileError(_describe(error, raw, source)) from None
+        raise RulesFileError(describe(error, raw, source)) from None
     rule_set = RuleSet(document.table, list(document.rules))
-    problems = list(_structural_problems(rule_set))
+    problems = list(structural_problems(rule_set))
     if problems:
         raise RulesFileError(f"rules file {source}:\n  " + "\n  ".join(problems))
     return rule_set
 
 
-def _describe(error: ValidationError, raw: Mapping[str, Any], source: str) -> str:
-    lines = []
-    raw_rules: list[Any] = raw["rules"] if isinstance(raw.get("rules"), list) else []
-    for detail in error.errors():
-        loc = list(detail["loc"])
-        where = ".".join(str(part) for part in loc)
-        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
-            index = loc[1]
-            entry = raw_rules[index] if index < len(raw_rules) else {}
-            name = entry.get("name", f"#{index + 1}") if isinstance(entry, dict) else index
-            # Drop the discriminator tag pydantic inserts (e.g. 'count', 'collection').
-            fields = [str(part) for part in loc[2:] if not _is_tag(part, entry)]
-            where = f"rule {name!r} field {'.'.join(fields) or '(rule)'!r}"
-        lines.append(f"{where}: {detail['msg']}")
-    return f"rules file {source}:\n  " + "\n  ".join(lines)
-
-
-def _is_tag(part: object, entry: object) -> bool:
-    tags = {"count", "sum", "sequence", "collection", "index"}
-    return isinstance(part, str) and part in tags and isinstance(entry, dict)
-
-
-def _structural_problems(rule_set: RuleSet) -> Iterator[str]:
-    keys = rule_set.table
-    for rule in rule_set:
-        where = f"rule {rule.name!r}"
-        for field, names in _pattern_fields(rule, keys):
-            if unknown := sorted(set(names) - set(keys.names)):
-                yield f"{where} field {field!r}: {unknown} are not key attributes {keys.names}"
-        if set(rule.parent) != set(keys.names):
-            yield f"{where} field 'parent': needs exactly the key attributes {list(keys.names)}"
-        elif any(
-            p.is_prefix for name, p in rule.parent_pattern.items() if name != keys.partition_key
-        ):
-            yield f"{where} field 'parent': the sort key must be exact (one parent per partition)"
-        if isinstance(rule, CountRule | SumRule):
-            if keys.sort_key is None or set(rule.children) != {keys.sort_key}:
-                yield f"{where} field 'children': needs exactly the sort key {keys.sort_key!r}"
-            elif not _parse_patterns(rule.children)[keys.sort_key].is_prefix:
-                yield f"{where} field 'children': the sort key must be a prefix ending in '*'"
-        if isinstance(rule, SequenceRule) and isinstance(rule.members, IndexMembers):
-            if any(p.is_prefix for p in rule.parent_pattern.values()):
-                yield f"{where} field 'parent': an index-layout sequence has one exact counter key"
-        elif isinstance(rule, SequenceRule) and keys.sort_key is None:
-            yield f"{where} field 'members.layout': 'collection' needs a table sort key"
-    yield from _claim_conflicts(rule_set)
-
-
-def _pattern_fields(rule: Rule, keys: TableKeys) -> Iterator[tuple[str, Mapping[str, str]]]:
-    yield "parent", rule.parent
-    if isinstance(rule, CountRule | SumRule):
-        yield "children", rule.children
-    elif isinstance(rule.members, IndexMembers):
-        yield "members.key", rule.members.key
-
-
-def _claims(rule: Rule, keys: TableKeys) -> list[tuple[str, KeyPattern]]:
-    """The (field, key pattern) pairs of items this rule counts as children or members."""
-    if isinstance(rule, CountRule | SumRule):
-        return [("children", rule.child_pattern(keys))]
-    if isinstance(rule.members, CollectionMembers) and keys.sort_key is None:
-        return []  # reported: a collection needs a sort key
-    return [("members", rule.member_pattern(keys))]
-
-
-_ROLE = {"children": "child", "members": "member"}
-
-
-def _claim_conflicts(rule_set: RuleSet) -> Iterator[str]:
-    keys = rule_set.table
-    if any(_pattern_fields_unknown(r, keys) for r in rule_set):
-        return  # the problems already reported make the claims meaningless
-    rules = list(rule_set)
-    for i, rule in enumerate(rules):
-        for field, pattern in _claims(rule, keys):
-            for other in rules:
-                if _overlap(pattern, other.parent_pattern):
-                    yield (
-                        f"rule {rule.name!r} field {field!r}: matches the parent of rule "
-                        f"{other.name!r}, so an item would be both parent and {_ROLE[field]}"
-                    )
-            for other in rules[i + 1 :]:
-                for other_field, other_pattern in _claims(other, keys):
-                    if _overlap(pattern, other_pattern):
-                        yield (
-                            f"rule {other.name!r} field {other_field!r}: claims items that rule "
-                            f"{rule.name!r} field {field!r} already claims"
-                        )
-        for other in rules[i + 1 :]:
-            # A shared revision is fine (it fences both counters); a shared counter is not.
-            same_counter = other.counter in (rule.counter, rule.revision) or (
-                rule.counter == other.revision
-            )
-            if same_counter and _overlap(rule.parent_pattern, other.parent_pattern):
-                yield (
-                    f"rule {other.name!r} field 'counter': parent items and attribute "
-                    f"{other.counter!r} are already claimed by rule {rule.name!r}"
-                )
-
-
-def _pattern_fields_unknown(rule: Rule, keys: TableKeys) -> bool:
-    return any(set(names) - set(keys.names) for _, names in _pattern_fields(rule, keys))
+# Bound when this module is imported (it needs the classes above), never at call time: a
+# handler imported afresh must validate with its own module's classes.
+from tally.rules_validation import describe, structural_problems  # noqa: E402

@@ -19,14 +19,16 @@ class Settings(BaseModel):
     alert_topic_arn: str | None = Field(default=None, alias="ALERT_TOPIC_ARN")
     recheck_queue_url: str | None = Field(default=None, alias="RECHECK_QUEUE_URL")
     stream_failure_queue_url: str | None = Field(default=None, alias="STREAM_FAILURE_QUEUE_URL")
+    # The Glue database the export engine's Athena tables live in.
+    athena_database: str | None = Field(default=None, alias="ATHENA_DATABASE")
     # The global kill switch: false stops every repair write; findings still alert.
     repairs_enabled: bool = Field(default=True, alias="REPAIRS_ENABLED")
     dry_run: bool = Field(default=False, alias="DRY_RUN")
     repair_budget: int = Field(default=25, ge=0, alias="REPAIR_BUDGET")
     # A finding left standing (alert-only rules) is alerted once; 0 never reminds.
+    alert_reminder_hours: int = Field(default=0, ge=0, alias="ALERT_REMINDER_HOURS")
     # How long a hot parent's remainder may wait for the batch that cancels it (SQS: whole s).
     carry_seconds: int = Field(default=5, ge=0, le=900, alias="CARRY_SECONDS")
-    alert_reminder_hours: int = Field(default=0, ge=0, alias="ALERT_REMINDER_HOURS")
 
     def require(self, name: str) -> str:
         """A setting the calling function cannot work without; names the variable if unset."""

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 # GetRecords rejects a larger Limit.
 MAX_GET_RECORDS = 1000
 
@@ -121,7 +123,12 @@ class StreamReader:
                 break
             if not self._readable(shard):
                 continue
-            records = self._read(shard, min(remaining, MAX_GET_RECORDS))
+            try:
+                records = self._read(shard, min(remaining, MAX_GET_RECORDS))
+            except (BotoCoreError, ClientError):
+                if batches:  # hand out what was read; this shard is read again next poll
+                    break
+                raise
             if records:
                 batches.append((shard.shard_id, records))
                 remaining -= len(records)

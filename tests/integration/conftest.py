@@ -19,7 +19,7 @@ import pytest
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.dynamodb_local import local_client_kwargs
-from tally.local.pump import sqs_event_record
+from tally.local.sqs_trigger import sqs_event_record
 from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.audit_store import AuditStore
@@ -146,6 +146,7 @@ class Stack:
         raise AssertionError("the stream and the recheck queue never went quiet")
 
     def pending_rechecks(self) -> int:
+        """Rechecks queued: due but not received yet, still delayed, or in flight."""
         attributes = self.sqs.get_queue_attributes(
             QueueUrl=self.recheck_queue,
             # Visible too: a delay may run out between the receive and this call.

@@ -19,6 +19,7 @@ from typing import Any
 
 import moto.sqs.models
 import pytest
+import sqlglot
 from moto.core.utils import unix_time_millis
 
 from tally.handlers import writer_api
@@ -33,6 +34,7 @@ EVENT_FILES = sorted(EVENTS_DIR.glob("*/*.json"))
 EVENT_DIRS = sorted(path for path in EVENTS_DIR.iterdir() if path.is_dir())
 RECHECK_SAMPLE = EVENTS_DIR / "RecheckFunction" / "recheck_message.json"
 
+ATHENA_DATABASE = "tally_audit_local"
 POST = {"PK": "POST#a91f", "SK": "META"}
 ORDER = {"PK": "ORDER#17", "SK": "META"}
 COUNTER = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
@@ -88,6 +90,7 @@ class Run:
     stack: Stack
     template: dict[str, Any]
     monkeypatch: pytest.MonkeyPatch
+    invoked_at: float = 0.0
 
     @property
     def names(self) -> dict[str, str]:
@@ -97,10 +100,12 @@ class Run:
             "AuditTable": self.stack.audit_table,
             "AlertTopic": self.stack.topic_arn,
             "RecheckQueue": self.stack.recheck_queue,
+            "AuditDatabase": ATHENA_DATABASE,
         }
 
     def invoke(self, logical_id: str, event: dict[str, Any]) -> Any:
         """The template's handler for ``logical_id``, called with the template's environment."""
+        self.invoked_at = unix_time_millis()  # no message this call sends is older
         values = environment(self.template, logical_id, self.names)
         # The bundled rules file, found through the code directory as in Lambda.
         assert (Path(values["LAMBDA_TASK_ROOT"]) / values["RULES_FILE"]).is_file()
@@ -131,12 +136,16 @@ class Run:
         )["Attributes"]
         return sum(int(value) for value in attributes.values())
 
-    def rechecks_due(self, after_seconds: int) -> list[dict[str, Any]]:
-        """Recheck messages receivable once ``after_seconds`` have passed (moto's clock moves)."""
+    def rechecks_due(self, after_seconds: int, since_invoked: bool = False) -> list[dict[str, Any]]:
+        """Recheck messages receivable once ``after_seconds`` have passed (moto's clock moves).
+
+        ``since_invoked`` counts from when the last invocation began, not from now, so that a
+        slow machine cannot make a message look older than it is.
+        """
         # moto's SQS runs in this process; its delay check reads this clock.
-        self.monkeypatch.setattr(
-            moto.sqs.models, "unix_time_millis", lambda: unix_time_millis() + after_seconds * 1000
-        )
+        start = self.invoked_at if since_invoked else unix_time_millis()
+        moment = start + after_seconds * 1000
+        self.monkeypatch.setattr(moto.sqs.models, "unix_time_millis", lambda: moment)
         messages: list[dict[str, Any]] = self.stack.sqs.receive_message(
             QueueUrl=self.stack.recheck_queue, MaxNumberOfMessages=10, WaitTimeSeconds=0
         ).get("Messages", [])
@@ -165,7 +174,7 @@ class Run:
         grace = self.grace_seconds(rule)
         assert self.queued_rechecks() == 1
         if grace:
-            assert self.rechecks_due(after_seconds=grace - 1) == []
+            assert self.rechecks_due(after_seconds=grace - 1, since_invoked=True) == []
         messages = self.rechecks_due(after_seconds=grace + 1)
         assert len(messages) == 1
         body: dict[str, Any] = json.loads(messages[0]["Body"])
@@ -351,8 +360,12 @@ AUDIT_SEED += [issue_counter(2), *issues(1, 2)]
 def check_scheduled_audit(run: Run, response: Any) -> None:
     assert set(response) == {
         "rules",
+        "engine",
         "items_scanned",
+        "read_capacity",
+        "export",
         "parents_checked",
+        "candidates",
         "recounted",
         "sequences_checked",
         "findings",
@@ -360,7 +373,7 @@ def check_scheduled_audit(run: Run, response: Any) -> None:
         "seconds",
     }
     assert response["rules"] == ["likes", "order-total", "issue-numbers", "user-numbers"]
-    assert response["items_scanned"] == len(AUDIT_SEED)
+    assert (response["engine"], response["items_scanned"]) == ("scan", len(AUDIT_SEED))
     assert response["parents_checked"] == {"likes": 1, "order-total": 1, "issue-numbers": 1}
     # Only the post whose scanned numbers disagree is recounted; the order agrees.
     assert (response["recounted"], response["sequences_checked"]) == (1, 1)
@@ -377,6 +390,32 @@ def check_scheduled_audit(run: Run, response: Any) -> None:
     body = run.recheck_after_grace("issue-numbers")
     assert (body["key"], body["counter_seen"], body["reason"]) == (COUNTER, 2, "full audit")
     assert run.stack.alerts() == []
+
+
+def check_audit_query(run: Run, response: Any) -> None:
+    export = "01736985600000-a1b2c3d4"
+    table = f"export_{export.replace('-', '_')}"
+    location = f"s3://tally-reconciler-auditbucket-1a2b3c4d5e6f/exports/AWSDynamoDB/{export}/data/"
+    assert response["export_id"] == export and response["location"] == location
+    create = response["create"]
+    assert create.startswith(f"CREATE EXTERNAL TABLE IF NOT EXISTS `{ATHENA_DATABASE}`.`{table}`")
+    assert create.endswith(f"LOCATION '{location}'")
+    assert f'FROM "{ATHENA_DATABASE}"."{table}"' in response["query"]
+    sqlglot.parse_one(response["query"], read="athena")
+    assert response["drop"] == f"DROP TABLE IF EXISTS `{ATHENA_DATABASE}`.`{table}`"
+
+
+def check_audit_candidates(run: Run, response: Any) -> None:
+    assert (response["engine"], response["candidates"]) == ("athena", 2)
+    assert (response["recounted"], response["sequences_checked"]) == (1, 1)
+    assert (response["findings"], response["repairs"]) == ({"drift": 1}, {"applied": 1})
+    alert = one_alert(run)
+    assert (alert["kind"], alert["key"], alert["stored"], alert["actual"]) == ("drift", POST, 5, 3)
+    # The sequence waits out its grace period on the recheck queue, judged up to the
+    # counter the export saw.
+    body = run.recheck_after_grace("issue-numbers")
+    assert (body["key"], body["counter_seen"], body["reason"]) == (COUNTER, 4, "full audit")
+    check_gap_found(run)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -415,6 +454,11 @@ SCENARIOS: dict[str, Scenario] = {
         [issue_counter(4), *issues(1, 2, 4)], check_recheck_message
     ),
     "AuditFunction/scheduled_audit": Scenario(AUDIT_SEED, check_scheduled_audit),
+    "AuditQueryFunction/export_completed": Scenario([], check_audit_query),
+    "AuditCandidatesFunction/candidate_batch": Scenario(
+        [post(5, 6), *likes("7c20", "19ab", "e5b2"), issue_counter(4), *issues(1, 2, 4)],
+        check_audit_candidates,
+    ),
 }
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from decimal import Decimal
 
+import pytest
+
+from tally.reconciler import full_audit as full_audit_module
 from tally.reconciler import runtime
 from tally.reconciler.full_audit import full_audit
 from tally.rules import load_rules
@@ -38,7 +42,7 @@ def test_the_full_audit_finds_what_the_stream_never_showed_and_repairs_it(stack:
     assert report.parents == {"likes": 7, "order-total": 1, "issue-numbers": 1}
     assert report.findings == {"drift": 2, "orphans": 1, "gap": 1}
     assert report.repairs == {"applied": 2, "skipped": 2}
-    assert report.candidates == 3  # only parents whose scanned numbers disagree
+    assert report.recounted == 3  # only parents whose scanned numbers disagree
     alerts = {(a["kind"], a["rule"]): a for a in stack.alerts()}
     assert alerts["drift", "likes"]["key"] == {"PK": "POST#3", "SK": "META"}
     assert alerts["drift", "likes"]["actual"] == 3
@@ -66,3 +70,22 @@ def test_auditing_one_parent_checks_only_that_parent(stack: Stack) -> None:
     assert report.items_scanned == 0
     assert report.findings == {"drift": 1}
     assert stack.item("POST#3", "META")["likeTally"] == 3  # type: ignore[index]
+
+
+def test_an_error_while_checking_stops_the_scanning_threads_and_is_raised(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for post in range(40):
+        stack.put({"PK": f"POST#{post}", "SK": "META", "likeTally": 1})  # 40 candidates
+    # A queue of one: the scanning threads are blocked handing over when the check fails.
+    monkeypatch.setattr(full_audit_module, "_QUEUE_SIZE", 1)
+    checker = runtime.reconciler()
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("the table went away")
+
+    monkeypatch.setattr(checker, "verify_parent", fail)
+    before = threading.active_count()
+    with pytest.raises(RuntimeError, match="the table went away"):
+        full_audit(checker, segments=4)
+    assert threading.active_count() == before

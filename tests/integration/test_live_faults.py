@@ -17,8 +17,8 @@ import pytest
 from tally.reconciler import runtime
 from tally.rules import load_rules
 from tally.writers import SequenceAllocator, TallyWriter
+from tests.harness.faults import Outage
 from tests.integration.conftest import RULES_FILE, Stack
-from tests.utils import Outage
 
 RULES = load_rules(RULES_FILE)
 POSTS = [f"POST#live{n}" for n in range(10)]

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import signal
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from botocore.config import Config
+from moto.server import ThreadedMotoServer
 
+from tally.local.checkpoint import Checkpoint
 from tally.local.dynamodb_local import local_client_kwargs
-from tally.local.pump import MappingSettings, Pump
+from tally.local.pump import QUIET_POLLS, MappingSettings, Pump
+from tally.local.sqs_trigger import Invoke
 from tally.streams import StreamReader, stream_arn
-from tests.utils import serialize
+from tests.utils import lambda_context, serialize
 
 
 class Handler:
@@ -20,18 +35,24 @@ class Handler:
 
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
+        self.sequence_numbers: dict[str, str] = {}
         self.poison: set[str] = set()  # keys whose presence makes the function raise
         self.report_once: set[str] = set()  # keys reported as failed the first time
+        self.report_always: set[str] = set()  # keys reported as failed every time
+        self.during: dict[int, Callable[[], None]] = {}  # invocation number -> done inside it
 
     def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
         keys = [r["dynamodb"]["Keys"]["SK"]["S"] for r in event["Records"]]
+        for key, record in zip(keys, event["Records"], strict=True):
+            self.sequence_numbers[key] = record["dynamodb"]["SequenceNumber"]
         self.batches.append(keys)
+        self.during.pop(len(self.batches), lambda: None)()
         if self.poison & set(keys):
             raise RuntimeError("poison record")
         failed = [
             r["dynamodb"]["SequenceNumber"]
             for r in event["Records"]
-            if r["dynamodb"]["Keys"]["SK"]["S"] in self.report_once
+            if r["dynamodb"]["Keys"]["SK"]["S"] in self.report_once | self.report_always
         ]
         self.report_once -= set(keys)
         return {"batchItemFailures": [{"itemIdentifier": n} for n in failed]}
@@ -57,24 +78,33 @@ def make_pump(
     queues: tuple[Any, str, str],
     handler: Handler,
     rechecks: list[dict[str, Any]] | None = None,
+    *,
+    recheck_handler: Invoke | None = None,
+    checkpoint: Checkpoint | None = None,
+    say: Callable[[str], None] | None = None,
     **settings: Any,
 ) -> Pump:
     streams = boto3.client("dynamodbstreams", **local_client_kwargs(endpoint))
     sqs, recheck, failures = queues
     received = rechecks if rechecks is not None else []
 
-    def recheck_handler(event: dict[str, Any]) -> dict[str, Any]:
+    def accept_all(event: dict[str, Any]) -> dict[str, Any]:
         received.extend(event["Records"])
         return {"batchItemFailures": []}
 
+    reader = StreamReader(streams, stream_arn(dynamodb, table))
+    if checkpoint is not None:
+        reader.resume(checkpoint.load())
     return Pump(
-        StreamReader(streams, stream_arn(dynamodb, table)),
+        reader,
         handler,
-        recheck_handler,
+        recheck_handler or accept_all,
         sqs,
         recheck,
         failures,
         MappingSettings(**({"batch_size": 10, "max_retries": 2, "bisect": True} | settings)),
+        say,
+        checkpoint,
     )
 
 
@@ -165,3 +195,253 @@ def test_a_second_pump_resumes_after_the_first_ones_checkpoint(
     second.reader.resume(first.reader.positions())
     second.until_idle()
     assert handler.delivered() == ["LATE"]
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+
+def test_the_checkpoint_stops_before_the_first_failed_record(
+    dynamodb: Any,
+    dynamodb_endpoint: str,
+    table_name: str,
+    queues: tuple[Any, str, str],
+    tmp_path: Path,
+) -> None:
+    keys = write(dynamodb, table_name, 10)
+    handler = Handler()
+    handler.report_always = {"ITEM#004"}
+    checkpoint = Checkpoint(tmp_path / "checkpoint.json", stream_arn(dynamodb, table_name))
+    pump = make_pump(
+        dynamodb, dynamodb_endpoint, table_name, queues, handler, checkpoint=checkpoint
+    )
+    # Stop asked while the first invocation runs: it finishes, its retry never starts.
+    handler.during[1] = lambda: pump.stop(signal.SIGINT)
+    report = pump.until_idle()
+    assert handler.batches == [keys]
+    assert not report.idle and report.records == 4
+    [(shard, position)] = checkpoint.load().items()
+    assert position == handler.sequence_numbers["ITEM#003"] == pump.positions()[shard]
+
+    # The next pump starts at the failed record.
+    after = Handler()
+    make_pump(
+        dynamodb, dynamodb_endpoint, table_name, queues, after, checkpoint=checkpoint
+    ).until_idle()
+    assert after.delivered() == keys[4:]
+
+
+def test_an_unreadable_checkpoint_means_reading_the_stream_again_from_its_start(
+    dynamodb: Any,
+    dynamodb_endpoint: str,
+    table_name: str,
+    queues: tuple[Any, str, str],
+    tmp_path: Path,
+) -> None:
+    keys = write(dynamodb, table_name, 5)
+    path, stream = tmp_path / "checkpoint.json", stream_arn(dynamodb, table_name)
+    make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        Handler(),
+        checkpoint=Checkpoint(path, stream),
+    ).until_idle()
+    path.write_bytes(path.read_bytes()[:-5])  # as a crash mid-write once left it
+    said: list[str] = []
+    handler = Handler()
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        handler,
+        checkpoint=Checkpoint(path, stream, said.append),
+    )
+    assert pump.until_idle().idle
+    assert handler.delivered() == keys
+    assert "trim horizon" in said[0]
+    assert Checkpoint(path, stream).load() == pump.positions()
+
+
+# --- the recheck queue -----------------------------------------------------------------------
+
+
+def failing_rechecks(failures: int, handled: list[str]) -> Invoke:
+    """A recheck handler built as ours is (Powertools' BatchProcessor), whose every record
+    fails its first ``failures`` deliveries: Powertools then raises BatchProcessingError."""
+    processor = BatchProcessor(event_type=EventType.SQS)
+    tries: Counter[str] = Counter()
+
+    def record_handler(record: SQSRecord) -> None:
+        tries[record.message_id] += 1
+        if tries[record.message_id] <= failures:
+            raise RuntimeError("the table did not answer")
+        handled.append(record.body)
+
+    def handler(event: dict[str, Any]) -> Any:
+        return process_partial_response(
+            event=event,
+            record_handler=record_handler,
+            processor=processor,
+            context=lambda_context(),
+        )
+
+    return handler
+
+
+def test_a_recheck_batch_that_fails_whole_comes_back_and_the_pump_goes_on(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    sqs, recheck, _ = queues
+    bodies = [f"recheck {n}" for n in range(3)]
+    for body in bodies:
+        sqs.send_message(QueueUrl=recheck, MessageBody=body)
+    keys = write(dynamodb, table_name, 5)
+    handled: list[str] = []
+    said: list[str] = []
+    handler = Handler()
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        handler,
+        recheck_handler=failing_rechecks(1, handled),
+        say=said.append,
+    )
+    pump.rechecks.visibility_seconds = 1  # instead of 30 s, so they come back soon
+
+    pump.step()
+    assert handler.delivered() == keys
+    assert (pump.report.failed_rechecks, pump.report.rechecks, handled) == (3, 0, [])
+    assert any("BatchProcessingError" in line for line in said)
+
+    # Visible again after their timeout, as SQS makes them: delivered, and this time handled.
+    report = pump.until_idle(rechecks=True)
+    assert report.idle and report.pending_rechecks == 0
+    assert sorted(handled) == bodies and report.rechecks == 3
+
+
+class ShortPollingSQS:
+    """SQS as short polling may answer: the first receives sample no server holding a message."""
+
+    def __init__(self, sqs: Any, empty_receives: int) -> None:
+        self.sqs = sqs
+        self.empty_receives = empty_receives
+
+    def receive_message(self, **request: Any) -> dict[str, Any]:
+        if self.empty_receives:
+            self.empty_receives -= 1
+            return {}
+        response: dict[str, Any] = self.sqs.receive_message(**request)
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sqs, name)
+
+
+def test_a_due_recheck_not_yet_received_keeps_the_pump_from_idling(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    sqs, recheck, failures = queues
+    sqs.send_message(QueueUrl=recheck, MessageBody='{"due": true}')
+    received: list[dict[str, Any]] = []
+    missing = (ShortPollingSQS(sqs, empty_receives=QUIET_POLLS + 2), recheck, failures)
+    report = make_pump(
+        dynamodb, dynamodb_endpoint, table_name, missing, Handler(), received
+    ).until_idle()
+    assert [json.loads(r["body"]) for r in received] == [{"due": True}]
+    assert report.idle and report.rechecks == 1 and report.pending_rechecks == 0
+
+
+def test_waiting_for_rechecks_runs_the_delayed_ones_once_due(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    sqs, recheck, _ = queues
+    sqs.send_message(QueueUrl=recheck, MessageBody='{"due": "later"}', DelaySeconds=1)
+    received: list[dict[str, Any]] = []
+    pump = make_pump(dynamodb, dynamodb_endpoint, table_name, queues, Handler(), received)
+    report = pump.until_idle(rechecks=True)
+    assert [json.loads(r["body"]) for r in received] == [{"due": "later"}]
+    assert report.idle and report.pending_rechecks == 0
+
+
+# --- outages ---------------------------------------------------------------------------------
+
+
+class Moto:
+    """A moto server on a fixed loopback port that can go down and come back (state is kept)."""
+
+    def __init__(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.server: ThreadedMotoServer | None = None
+        self.up()
+
+    def up(self) -> None:
+        self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
+        self.server.start()
+
+    def down(self) -> None:
+        assert self.server is not None and self.server._server is not None
+        self.server.stop()
+        self.server._server.server_close()  # refuse connections, as a stopped service does
+        self.server = None
+
+
+@pytest.fixture
+def moto() -> Iterator[Moto]:
+    server = Moto()
+    yield server
+    if server.server is not None:
+        server.down()
+
+
+def test_sqs_down_for_a_while_stops_nothing_and_loses_nothing(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, moto: Moto
+) -> None:
+    # One try per call: the pump, not botocore, waits the outage out.
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=moto.endpoint,
+        region_name="us-east-1",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    suffix = uuid.uuid4().hex[:8]
+    recheck = sqs.create_queue(QueueName=f"outage-rechecks-{suffix}")["QueueUrl"]
+    failures = sqs.create_queue(QueueName=f"outage-failures-{suffix}")["QueueUrl"]
+    sqs.send_message(QueueUrl=recheck, MessageBody='{"during": "outage"}')
+    keys = write(dynamodb, table_name, 6)
+    handler = Handler()
+    handler.poison = {"ITEM#003"}  # bound for the on-failure queue, itself on SQS
+    received: list[dict[str, Any]] = []
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        (sqs, recheck, failures),
+        handler,
+        received,
+        max_retries=0,
+    )
+
+    moto.down()
+    for _ in range(3):
+        pump.step()  # raises nothing
+    assert pump.report.outages >= 3
+    # Nothing past the record that could not be parked is settled.
+    assert list(pump.positions().values()) == [handler.sequence_numbers["ITEM#002"]]
+
+    moto.up()
+    report = pump.until_idle()
+    assert report.idle
+    assert set(handler.delivered()) == set(keys)
+    assert list(pump.positions().values()) == [handler.sequence_numbers["ITEM#005"]]
+    [parked] = sqs.receive_message(QueueUrl=failures, MaxNumberOfMessages=10)["Messages"]
+    info = json.loads(parked["Body"])["DDBStreamBatchInfo"]
+    assert info["startSequenceNumber"] == handler.sequence_numbers["ITEM#003"]
+    assert info["batchSize"] == 1
+    assert [json.loads(r["body"]) for r in received] == [{"during": "outage"}]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -14,7 +12,8 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 import tally.settings
 from tally.handlers import writer_api
 from tally.observability import metrics
-from tests.utils import lambda_context
+from tests.harness.http import invoke
+from tests.harness.tables import throwaway_table
 
 _ser, _de = TypeSerializer(), TypeDeserializer()
 POST = {"PK": "POST#a91f", "SK": "META"}
@@ -23,47 +22,30 @@ ORDER = {"PK": "ORDER#17", "SK": "META"}
 LINE = {"PK": "ORDER#17", "SK": "LINE#3"}
 
 
-def http_event(
-    method: str, path: str, body: Any, headers: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """An API Gateway HTTP API (payload v2) event; a str body is sent as is, else as JSON."""
-    request_id = str(uuid.uuid4())
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": "",
-        # API Gateway lowercases header names in payload v2.
-        "headers": {
-            "content-type": "application/json",
-            **{name.lower(): value for name, value in (headers or {}).items()},
-        },
-        "requestContext": {
-            "accountId": "123456789012",
-            "apiId": "api",
-            "domainName": "api.example.com",
-            "http": {
-                "method": method,
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": "pytest",
-            },
-            "requestId": request_id,
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "01/Jan/2025:00:00:00 +0000",
-            "timeEpoch": 1735689600000,
-        },
-        "body": body if isinstance(body, str) else json.dumps(body),
-        "isBase64Encoded": False,
-    }
+@pytest.fixture
+def call(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table_name: str) -> Iterator[Any]:
+    """Invoke the handler on this test's table; returns (status, parsed JSON body)."""
+    yield from _invoker(monkeypatch, dynamodb_endpoint, table_name)
+
+
+@pytest.fixture(scope="module")
+def shared(dynamodb: Any, template: dict[str, Any]) -> Iterator[str]:
+    """One table for requests that are refused: they leave it as it was."""
+    with throwaway_table(dynamodb, template) as name:
+        put(dynamodb, name, {**POST, "likeTally": 0})
+        put(dynamodb, name, {**ORDER, "total": 0})
+        yield name
 
 
 @pytest.fixture
-def call(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table_name: str) -> Iterator[Any]:
-    """Invoke the handler; returns (status, parsed JSON body)."""
-    monkeypatch.setenv("TABLE_NAME", table_name)
+def call_shared(
+    monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, shared: str
+) -> Iterator[Any]:
+    yield from _invoker(monkeypatch, dynamodb_endpoint, shared)
+
+
+def _invoker(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table: str) -> Iterator[Any]:
+    monkeypatch.setenv("TABLE_NAME", table)
     monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "tally")
@@ -72,12 +54,6 @@ def call(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table_name: st
     monkeypatch.setattr(metrics, "namespace", "TallyTest")
     tally.settings.settings.cache_clear()
     writer_api._writers.cache_clear()
-
-    def invoke(
-        method: str, path: str, body: Any, headers: dict[str, str] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        response = writer_api.handler(http_event(method, path, body, headers), lambda_context())
-        return response["statusCode"], json.loads(response["body"])
 
     yield invoke
     tally.settings.settings.cache_clear()
@@ -151,30 +127,36 @@ def test_add_child_of_a_missing_parent_writes_nothing(call, dynamodb, table_name
     assert get(dynamodb, table_name, POST) is None
 
 
-def test_body_that_is_not_json_is_a_bad_request(call, post) -> None:
-    status, body = call("POST", "/children", "{not json")
-    assert status == 400
-    assert "not JSON" in body["error"]
+def refused(response: tuple[int, dict[str, Any]], *loc: Any) -> dict[str, Any]:
+    """The 422's first error, after checking it names ``loc`` (the field)."""
+    status, body = response
+    assert status == 422, body
+    error: dict[str, Any] = body["detail"][0]
+    assert error["loc"] == list(loc), error
+    return error
 
 
-def test_missing_key_is_a_bad_request_naming_key(call, post) -> None:
-    status, body = call("POST", "/children", {"attributes": {}})
-    assert status == 400
-    assert "'key'" in body["error"]
+def test_body_that_is_not_json_is_unprocessable(call, post) -> None:
+    error = refused(call("POST", "/children", "{not json"), "body", 1)
+    assert error["type"] == "json_invalid"
 
 
-def test_unknown_field_is_a_bad_request_naming_it(call, post, dynamodb, table_name) -> None:
-    status, body = call("POST", "/children", {"key": LIKE, "colour": "red"})
-    assert status == 400
-    assert "'colour'" in body["error"]
+def test_missing_key_is_unprocessable_naming_key(call, post) -> None:
+    assert refused(call("POST", "/children", {"attributes": {}}), "body", "key")["type"] == (
+        "missing"
+    )
+
+
+def test_unknown_field_is_unprocessable_naming_it(call, post, dynamodb, table_name) -> None:
+    error = refused(call("POST", "/children", {"key": LIKE, "colour": "red"}), "body", "colour")
+    assert error["type"] == "extra_forbidden"
     assert get(dynamodb, table_name, LIKE) is None
 
 
-def test_key_matching_no_rule_is_a_bad_request(call, post, dynamodb, table_name) -> None:
+def test_key_matching_no_rule_is_unprocessable(call, post, dynamodb, table_name) -> None:
     stray = {"PK": "POST#a91f", "SK": "COMMENT#1"}
-    status, body = call("POST", "/children", {"key": stray})
-    assert status == 400
-    assert "COMMENT#1" in body["error"]
+    error = refused(call("POST", "/children", {"key": stray}), "body", "key")
+    assert "COMMENT#1" in error["msg"]
     assert get(dynamodb, table_name, stray) is None
     assert like_tally(dynamodb, table_name) == 0
 
@@ -234,11 +216,10 @@ def test_float_looking_json_number_stays_exact(call, order, dynamodb, table_name
     assert (get(dynamodb, table_name, ORDER) or {})["total"] == Decimal("0.1")
 
 
-def test_patch_on_a_count_child_is_a_bad_request(call, post, dynamodb, table_name) -> None:
+def test_patch_on_a_count_child_is_unprocessable(call, post, dynamodb, table_name) -> None:
     call("POST", "/children", {"key": LIKE})
-    status, body = call("PATCH", "/children", {"key": LIKE, "amount": 3})
-    assert status == 400
-    assert "'likes'" in body["error"]
+    error = refused(call("PATCH", "/children", {"key": LIKE, "amount": 3}), "body", "amount")
+    assert "'likes'" in error["msg"]
     assert like_tally(dynamodb, table_name) == 1
 
 
@@ -266,11 +247,11 @@ def test_block_allocation_continues_the_sequence(call, dynamodb, table_name) -> 
     assert (get(dynamodb, table_name, PROJECT) or {})["lastIssue"] == 5
 
 
-def test_block_of_100_is_a_bad_request_naming_count(call, dynamodb, table_name) -> None:
-    request = {"counter": PROJECT, "strategy": "block", "count": 100}
-    status, body = call("POST", "/allocations", request)
-    assert status == 400
-    assert "'count'" in body["error"]
+def test_block_of_99_is_unprocessable_naming_count(call, dynamodb, table_name) -> None:
+    request = {"counter": PROJECT, "strategy": "block", "count": 99}
+    assert refused(call("POST", "/allocations", request), "body", "count")["type"] == (
+        "less_than_equal"
+    )
     assert get(dynamodb, table_name, PROJECT) is None
 
 
@@ -285,3 +266,227 @@ def test_natural_key_member_twice_keeps_its_number(call, dynamodb, table_name) -
     assert second[1]["outcome"] == "already_present"
     assert second[1]["numbers"] == first[1]["numbers"]
     assert (get(dynamodb, table_name, {"PK": "UserMetadata", "SK": "META"}) or {})["LastID"] == 1
+
+
+# --- client mistakes: a 4xx naming the field, nothing written -----------------------------
+
+LIKE_1 = {"PK": "POST#a91f", "SK": "LIKE#1"}
+NESTED_40 = "[" * 40 + "]" * 40
+MISTAKES: dict[str, tuple[str, str, Any, tuple[Any, ...]]] = {
+    "amount 1e400": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "ORDER#17", "SK": "LINE#1"}, "attributes": {"amount": 1e400}}',
+        ("body", "attributes", "amount"),
+    ),
+    "amount of 39 digits": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "ORDER#17", "SK": "LINE#1"}, "attributes": {"amount": ' + "1" * 39 + "}}",
+        ("body", "attributes", "amount"),
+    ),
+    "an integer of 5,000 digits": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"n": ' + "7" * 5000 + "}}",
+        ("body", "attributes", "n"),
+    ),
+    "NaN": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"x": NaN}}',
+        ("body", "attributes", "x"),
+    ),
+    "Infinity in an amount": (
+        "PATCH",
+        "/children",
+        '{"key": {"PK": "ORDER#17", "SK": "LINE#3"}, "amount": -Infinity}',
+        ("body", "amount"),
+    ),
+    "an amount that is a string": (
+        "PATCH",
+        "/children",
+        {"key": LINE, "amount": "12.5"},
+        ("body", "amount"),
+    ),
+    "a partition key over 2048 bytes": (
+        "POST",
+        "/children",
+        {"key": {"PK": "POST#" + "a" * 3000, "SK": "LIKE#1"}},
+        ("body", "key", "PK"),
+    ),
+    "a sort key over 1024 bytes": (
+        "DELETE",
+        "/children",
+        {"key": {"PK": "POST#a91f", "SK": "LIKE#" + "a" * 1100}},
+        ("body", "key", "SK"),
+    ),
+    "a key value that is a number": (
+        "POST",
+        "/children",
+        {"key": {"PK": "POST#a91f", "SK": Decimal(1)}},
+        ("body", "key", "SK"),
+    ),
+    "a lone surrogate": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#\\ud800"}}',
+        ("body", "key", "SK"),
+    ),
+    "an empty attribute name": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"": 1}},
+        ("body", "attributes", ""),
+    ),
+    "a huge attribute name": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"n" * 70_000: 1}},
+        ("body", "attributes", "n" * 70_000),
+    ),
+    "an item over 400 KB": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"x": "y" * 410_000}},
+        ("body", "attributes"),
+    ),
+    "nesting over 32 levels": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"x": ' + NESTED_40 + "}}",
+        ("body", "attributes", "x", *[0] * 31),
+    ),
+    "JSON nested 100,000 deep": (
+        "POST",
+        "/children",
+        '{"key": {"PK": "POST#a91f", "SK": "LIKE#1"}, "attributes": {"x": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}}",
+        ("body", 0),
+    ),
+    "the counter": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"likeTally": 1}},
+        ("body", "attributes", "likeTally"),
+    ),
+    "the repair marker": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"tallyRepair": "x"}},
+        ("body", "attributes", "tallyRepair"),
+    ),
+    "the TTL attribute": (
+        "POST",
+        "/children",
+        {"key": LIKE_1, "attributes": {"expiresAt": 1_900_000_000}},
+        ("body", "attributes", "expiresAt"),
+    ),
+    "a sequence attribute on a member": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "attributes": {"seqName": "user-numbers"}},
+        ("body", "attributes", "seqName"),
+    ),
+    "an atomic member over 400 KB": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "strategy": "atomic", "attributes": {"x": "y" * 410_000}},
+        ("body", "attributes"),
+    ),
+    "a count that is not a number": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "strategy": "block", "count": "5"},
+        ("body", "count"),
+    ),
+    "a count of 2.5": (
+        "POST",
+        "/allocations",
+        '{"counter": {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}, "strategy": "block", '
+        '"count": 2.5}',
+        ("body", "count"),
+    ),
+    "an unknown strategy": (
+        "POST",
+        "/allocations",
+        {"counter": PROJECT, "strategy": "fast"},
+        ("body", "strategy"),
+    ),
+    "a body that is a list": ("POST", "/children", [1, 2], ("body", "key")),
+}
+
+
+@pytest.mark.parametrize("case", MISTAKES)
+def test_a_client_mistake_is_a_422_naming_the_field_and_writes_nothing(
+    case, call_shared, dynamodb, shared
+) -> None:
+    method, path, body, loc = MISTAKES[case]
+    before = dynamodb.scan(TableName=shared, ConsistentRead=True)["Items"]
+    error = refused(call_shared(method, path, body), *loc)
+    assert error["msg"]
+    assert dynamodb.scan(TableName=shared, ConsistentRead=True)["Items"] == before
+
+
+def test_an_idempotency_key_over_255_characters_is_refused(call, post, dynamodb, table_name):
+    response = call("POST", "/children", {"key": LIKE}, {"Idempotency-Key": "k" * 256})
+    refused(response, "header", "idempotency-key")
+    assert get(dynamodb, table_name, LIKE) is None
+
+
+def test_a_form_body_is_refused_not_crashed(call, post) -> None:
+    event_headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    status, _ = call("POST", "/children", "key=1", event_headers)
+    assert status == 422
+
+
+# --- idempotency keys ---------------------------------------------------------------------
+
+
+def test_same_key_other_body_is_a_422_on_the_header(call, order, dynamodb, table_name) -> None:
+    headers = {"Idempotency-Key": "line-3"}
+    assert call("POST", "/children", line_json("LINE#3", "5"), headers)[0] == 201
+    error = refused(
+        call("POST", "/children", line_json("LINE#3", "6"), headers), "header", "idempotency-key"
+    )
+    assert error["type"] == "idempotency_key_reused"
+    assert (get(dynamodb, table_name, ORDER) or {})["total"] == 5
+
+
+def test_add_remove_add_under_one_key_is_a_409_not_a_claim(call, post, dynamodb, table_name):
+    headers = {"Idempotency-Key": "like-7c20"}
+    assert call("POST", "/children", {"key": LIKE}, headers)[0] == 201
+    assert call("DELETE", "/children", {"key": LIKE})[0] == 200
+    status, body = call("POST", "/children", {"key": LIKE}, headers)
+    assert (status, body["conflict"]) == (409, "superseded")
+    assert get(dynamodb, table_name, LIKE) is None
+    assert like_tally(dynamodb, table_name) == 0
+
+
+def test_a_keyed_allocation_repeated_returns_its_number(call, dynamodb, table_name) -> None:
+    headers = {"Idempotency-Key": "issue-for-ticket-88"}
+    first = call("POST", "/allocations", {"counter": PROJECT, "strategy": "atomic"}, headers)
+    again = call("POST", "/allocations", {"counter": PROJECT, "strategy": "atomic"}, headers)
+    assert (first[0], first[1]["numbers"], first[1]["replayed"]) == (201, [1], False)
+    assert (again[0], again[1]["numbers"], again[1]["replayed"]) == (201, [1], True)
+    assert (get(dynamodb, table_name, PROJECT) or {})["lastIssue"] == 1
+
+
+# --- the OpenAPI document -----------------------------------------------------------------
+
+
+def test_the_openapi_document_describes_every_route_and_body(call) -> None:
+    status, document = call("GET", "/openapi.json", "")
+    assert status == 200
+    paths = document["paths"]
+    assert set(paths["/children"]) == {"post", "delete", "patch"}
+    assert set(paths["/allocations"]) == {"post"}
+    parameters = paths["/children"]["post"]["parameters"]
+    assert {(p["name"], p["in"]) for p in parameters} == {("idempotency-key", "header")}
+    schemas = document["components"]["schemas"]
+    assert {"AddChild", "ChildKey", "ChangeAmount", "Allocate"} <= set(schemas)
+    assert schemas["Allocate"]["properties"]["count"]["maximum"] == 98
+    assert {"201", "409", "422"} <= set(paths["/allocations"]["post"]["responses"])
+    assert schemas["ChangeAmount"]["properties"]["amount"]["type"] == "number"

@@ -118,10 +118,34 @@ def test_a_failed_publish_stays_pending_and_the_next_flush_sends_it(stack: Stack
         stack.publisher(missing).send(message)
     assert stack.received() == []
 
-    assert stack.publisher().flush() == 1  # the lease was given back: no wait
+    assert stack.publisher().flush() == (1, [])  # the lease was given back: no wait
     [envelope] = stack.received()
     assert json.loads(envelope["Message"])["alert_id"] == message.alert_id
-    assert stack.publisher().flush() == 0
+    assert stack.publisher().flush() == (0, [])
+
+
+def test_an_alert_that_cannot_be_sent_never_holds_back_the_others(stack: Stack) -> None:
+    broken = AlertMessage("a0", "subject", "{}", {"kind": {"DataType": "Nope", "StringValue": ""}})
+    assert stack.store.enqueue([stack.store.outbox_put(broken)])
+    stack.store.release_alert("a0")
+    queued(stack, drift(9, 5), "2")
+    stack.store.release_alert(drift(9, 5).alert_id("2"))
+    sent, errors = stack.publisher().flush()
+    assert sent == 1 and len(errors) == 1 and "a0" in errors[0]
+    assert len(stack.received()) == 1
+
+
+def test_a_subject_is_printable_ascii_whatever_the_key_holds() -> None:
+    finding = Finding(
+        kind="drift",
+        rule="likes",
+        table="t",
+        key={"PK": "POST#x\n\u00e9", "SK": "META"},
+        attribute="likeTally",
+        stored=Decimal(1),
+        actual=Decimal(0),
+    )
+    assert all(" " <= c <= "~" for c in finding.subject())
 
 
 def test_a_flush_leaves_alerts_whose_writer_still_holds_the_lease(stack: Stack) -> None:
@@ -130,7 +154,7 @@ def test_a_flush_leaves_alerts_whose_writer_still_holds_the_lease(stack: Stack) 
     message = AlertMessage.of(drift(), "a1")
     assert store.enqueue([store.outbox_put(message)])
     publisher = AlertPublisher(stack.sns, stack.topic_arn, store)
-    assert publisher.flush() == 0
+    assert publisher.flush() == (0, [])
     clock.now += LEASE_SECONDS + 1  # its writer died before publishing
-    assert publisher.flush() == 1
+    assert publisher.flush() == (1, [])
     assert len(stack.received()) == 1

@@ -247,17 +247,21 @@ def test_repairs_without_a_table_write_are_logged_newest_first(
 def test_a_marker_commits_once_and_confirms_one_record_on_its_key(
     store: AuditStore, client: Any
 ) -> None:
-    marker = store.marker_put("ttl:event-1", KEY)
+    marker = store.marker_put("r:1", KEY, {"likeTally": Decimal("3.0")})
     client.transact_write_items(TransactItems=[_set_counter(-1), marker])
     with pytest.raises(ClientError):
         client.transact_write_items(TransactItems=[_set_counter(-1), marker])
     counter = client.get_item(TableName=TABLE, Key=serialize({"PK": "COUNTER", "SK": "X"}))
     assert counter["Item"]["hits"] == {"N": "-1"}
 
-    assert store.confirm_marker("ttl:event-1", {"SK": "META", "PK": "POST#a91f"}, "100") is True
-    assert store.confirm_marker("ttl:event-1", KEY, "100") is True  # the same record again
-    assert store.confirm_marker("ttl:event-1", KEY, "200") is False  # a second record: forged
-    assert store.confirm_marker("ttl:event-1", {"PK": "POST#b", "SK": "META"}, "100") is False
-    assert store.confirm_marker("forged", KEY, "300") is False
+    shown = serialize({"likeTally": Decimal(3), "other": "x"})
+    other_key = {"PK": "POST#b", "SK": "META"}
+    assert store.confirm_marker("r:1", {"SK": "META", "PK": "POST#a91f"}, shown, "100") is True
+    assert store.confirm_marker("r:1", KEY, shown, "100") is True  # the same record again
+    assert store.confirm_marker("r:1", KEY, shown, "200") is False  # a second record: replayed
+    assert store.confirm_marker("r:1", other_key, shown, "100") is False
+    wrong = serialize({"likeTally": Decimal(53)})
+    assert store.confirm_marker("r:1", KEY, wrong, "100") is False  # not what the repair wrote
+    assert store.confirm_marker("forged", KEY, shown, "300") is False
     [logged] = [i for i in items(client) if i["PK"]["S"].startswith("MARKER#")]
     assert logged["expiresAt"]["N"] == str(1_700_000_000 + 2 * 86_400)

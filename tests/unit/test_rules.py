@@ -1,7 +1,8 @@
-"""Rules: the bundled example loads and classifies DESIGN's keys; bad files name rule and field."""
+"""Rules: documents classify keys of any key schema; bad files name the rule and the field."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.rules import Pattern, RuleSet, RulesFileError, load_rules, parse_rules
+from tally.key_patterns import Pattern
+from tally.rules import RuleSet, RulesFileError, SequenceRule, load_rules, parse_rules
 
 SRC_RULES = Path(__file__).resolve().parents[2] / "src" / "rules.toml"
 
@@ -64,58 +66,103 @@ def roles(rule_set: RuleSet, pk: str, sk: str) -> list[tuple[str, str, dict[str,
     return [(m.rule.name, m.role, m.parent_key) for m in rule_set.classify({"PK": pk, "SK": sk})]
 
 
-# --- the bundled example ------------------------------------------------------------------
+def sequence(rule_set: RuleSet, name: str) -> SequenceRule:
+    rule = rule_set[name]
+    assert isinstance(rule, SequenceRule)
+    return rule
+
+
+def as_toml(document: dict[str, Any]) -> str:
+    """A rules document as TOML (flat tables and inline tables are all the tests need)."""
+    lines = []
+    for section, body in document.items():
+        entries = body if isinstance(body, list) else [body]
+        for entry in entries:
+            lines.append(f"[[{section}]]" if isinstance(body, list) else f"[{section}]")
+            lines += [
+                f"{k} = {json.dumps(v) if not isinstance(v, dict) else inline(v)}"
+                for k, v in entry.items()
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def inline(table: dict[str, Any]) -> str:
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + " }"
+
+
+# --- classification (a small document of the test's own) -----------------------------------
+
+
+def order_total(**overrides: Any) -> dict[str, Any]:
+    rule = {
+        "name": "order-total",
+        "kind": "sum",
+        "parent": {"PK": "ORDER#*", "SK": "META"},
+        "children": {"SK": "LINE#*"},
+        "counter": "total",
+        "summed": "amount",
+    }
+    return rule | overrides
 
 
 @pytest.fixture
-def example(monkeypatch: pytest.MonkeyPatch) -> RuleSet:
+def model() -> RuleSet:
+    return parse_rules({"rules": [likes(), order_total(), issues(), users()]})
+
+
+def test_default_rules_file_is_the_bundled_src_rules_toml(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RULES_FILE", raising=False)
-    return load_rules()
+    assert [r.name for r in load_rules()] == [r.name for r in load_rules(SRC_RULES)]
 
 
-def test_default_rules_file_is_the_bundled_src_rules_toml(example: RuleSet) -> None:
-    from_src = load_rules(SRC_RULES)
-    assert [r.name for r in example] == [r.name for r in from_src]
-    assert [r.name for r in example] == ["likes", "order-total", "issue-numbers", "user-numbers"]
+def test_rules_file_variable_is_the_default_when_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(as_toml({"rules": [likes(name="mine")]}), encoding="utf-8")
+    monkeypatch.setenv("RULES_FILE", str(path))
+    assert [r.name for r in load_rules()] == ["mine"]
 
 
-def test_post_meta_is_the_parent_of_likes(example: RuleSet) -> None:
+def test_post_meta_is_the_parent_of_likes(model: RuleSet) -> None:
     meta = {"PK": "POST#a91f", "SK": "META"}
-    assert roles(example, "POST#a91f", "META") == [("likes", "parent", meta)]
+    assert roles(model, "POST#a91f", "META") == [("likes", "parent", meta)]
 
 
-def test_like_is_a_child_of_its_post(example: RuleSet) -> None:
+def test_like_is_a_child_of_its_post(model: RuleSet) -> None:
     meta = {"PK": "POST#a91f", "SK": "META"}
-    assert roles(example, "POST#a91f", "LIKE#USER#7c20") == [("likes", "child", meta)]
+    assert roles(model, "POST#a91f", "LIKE#USER#7c20") == [("likes", "child", meta)]
 
 
-def test_order_line_is_a_child_of_order_total(example: RuleSet) -> None:
+def test_order_line_is_a_child_of_order_total(model: RuleSet) -> None:
     meta = {"PK": "ORDER#17", "SK": "META"}
-    assert roles(example, "ORDER#17", "LINE#3") == [("order-total", "child", meta)]
+    assert roles(model, "ORDER#17", "LINE#3") == [("order-total", "child", meta)]
 
 
-def test_issue_is_a_member_of_its_projects_issue_numbers(example: RuleSet) -> None:
+def test_issue_is_a_member_of_its_projects_issue_numbers(model: RuleSet) -> None:
     counter = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
-    assert roles(example, "PROJECT#A", "ISSUE#0000000042") == [("issue-numbers", "member", counter)]
-    assert example["issue-numbers"].member_number("ISSUE#0000000042") == 42
+    assert roles(model, "PROJECT#A", "ISSUE#0000000042") == [("issues", "member", counter)]
+    assert sequence(model, "issues").member_number("ISSUE#0000000042") == 42
 
 
-def test_user_profile_is_a_member_of_user_numbers(example: RuleSet) -> None:
+def test_user_profile_is_a_member_of_user_numbers(model: RuleSet) -> None:
     counter = {"PK": "UserMetadata", "SK": "META"}
-    assert roles(example, "User#Kirk", "PROFILE") == [("user-numbers", "member", counter)]
+    assert roles(model, "User#Kirk", "PROFILE") == [("users", "member", counter)]
 
 
-def test_unknown_key_matches_no_rule(example: RuleSet) -> None:
-    assert roles(example, "CART#9", "ITEM#1") == []
-    assert roles(example, "POST#a91f", "COMMENT#1") == []
+def test_unknown_key_matches_no_rule(model: RuleSet) -> None:
+    assert roles(model, "CART#9", "ITEM#1") == []
+    assert roles(model, "POST#a91f", "COMMENT#1") == []
 
 
-def test_collection_member_without_a_number_carries_none(example: RuleSet) -> None:
-    assert example["issue-numbers"].member_number("ISSUE#draft") is None
+def test_collection_member_without_a_number_is_no_member(model: RuleSet) -> None:
+    assert roles(model, "PROJECT#A", "ISSUE#draft") == []
+    assert sequence(model, "issues").member_number("ISSUE#draft") is None
 
 
-def test_member_number_of_a_non_ascii_digit_suffix_is_none(example: RuleSet) -> None:
-    assert example["issue-numbers"].member_number("ISSUE#²") is None
+def test_member_number_of_a_non_ascii_digit_suffix_is_none(model: RuleSet) -> None:
+    assert roles(model, "PROJECT#A", "ISSUE#²") == []
+    assert sequence(model, "issues").member_number("ISSUE#²") is None
 
 
 # --- bad files ----------------------------------------------------------------------------
@@ -217,11 +264,8 @@ def test_index_layout_needs_an_exact_counter_key() -> None:
 
 
 def test_collection_sequence_without_table_sort_key_is_a_rules_file_error() -> None:
-    raw = {
-        "table": {"partition_key": "PK", "sort_key": None},
-        "rules": [issues(parent={"PK": "PROJECT#*"})],
-    }
-    with pytest.raises(RulesFileError, match=r"'members\.layout'"):
+    raw = {"table": {"partition_key": "PK"}, "rules": [issues(parent={"PK": "PROJECT#*"})]}
+    with pytest.raises(RulesFileError, match=r"'members'.*needs a table sort key"):
         parse_rules(raw)
 
 

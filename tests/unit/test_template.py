@@ -75,9 +75,10 @@ def test_short_form_tags_become_long_form(tmp_path: Path) -> None:
 def test_repo_template_loads_with_intrinsics() -> None:
     template = load_template(TEMPLATE_PATH)
 
-    assert template["Outputs"]["TableName"]["Value"] == {"Ref": "Table"}
+    table_name = {"Fn::If": ["CreateTable", {"Ref": "Table"}, {"Ref": "ExistingTableName"}]}
+    assert template["Outputs"]["TableName"]["Value"] == table_name
     variables = template["Globals"]["Function"]["Environment"]["Variables"]
-    assert variables["TABLE_NAME"] == {"Ref": "Table"}
+    assert variables["TABLE_NAME"] == table_name
 
 
 def test_create_table_kwargs_from_repo_template() -> None:

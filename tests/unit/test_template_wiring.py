@@ -17,16 +17,9 @@ import pytest
 
 from tally.local.functions import Function, code_root, environment, function, functions
 from tally.local.template import TEMPLATE_PATH, load_template
-from tally.rules import (
-    REPAIR_MARKER,
-    CountRule,
-    Pattern,
-    RuleSet,
-    SequenceRule,
-    SumRule,
-    load_rules,
-)
+from tally.rules import REPAIR_MARKER, RuleSet, load_rules
 from tally.settings import Settings
+from tally.stream_filter import filter_json
 
 TEMPLATE = load_template(TEMPLATE_PATH)
 FUNCTIONS = functions(TEMPLATE)
@@ -177,7 +170,13 @@ def stream_event() -> dict[str, Any]:
 
 def test_stream_mapping_retries_finitely_and_reports_failed_records() -> None:
     stream = stream_event()
-    assert stream["Stream"] == {"Fn::GetAtt": ["Table", "StreamArn"]}
+    assert stream["Stream"] == {
+        "Fn::If": [
+            "CreateTable",
+            {"Fn::GetAtt": ["Table", "StreamArn"]},
+            {"Ref": "ExistingTableStreamArn"},
+        ]
+    }
     assert stream["BisectBatchOnFunctionError"] is True
     # -1 means forever: a poisoned record would block its shard for the stream's lifetime.
     retries, age = stream["MaximumRetryAttempts"], stream["MaximumRecordAgeInSeconds"]
@@ -206,7 +205,7 @@ def test_recheck_queue_feeds_partial_batch_responses_and_outlives_the_function()
     assert RESOURCES[queue]["Properties"]["VisibilityTimeout"] >= 6 * spec.timeout
 
 
-# --- the stream filter is in step with the rules file ---------------------------------------
+# --- the stream filter is the one the bundled rules produce ----------------------------------
 
 
 def bundled_rules() -> RuleSet:
@@ -215,71 +214,14 @@ def bundled_rules() -> RuleSet:
     return load_rules(code_root(TEMPLATE, "ReconcilerFunction") / spec.environment["RULES_FILE"])
 
 
-def partition_key_patterns(rules: RuleSet) -> list[Pattern]:
-    """Every partition-key pattern an item some rule cares about can have."""
-    pk = rules.table.partition_key
-    patterns: list[Pattern] = []
-    for rule in rules:
-        patterns.append(rule.parent_pattern[pk])
-        if isinstance(rule, CountRule | SumRule):
-            patterns.append(rule.child_pattern(rules.table)[pk])
-        else:
-            assert isinstance(rule, SequenceRule)
-            member = rule.member_pattern(rules.table)
-            assert pk in member, f"{rule.name}: members unconstrained on {pk}; nothing to filter"
-            patterns.append(member[pk])
-    return patterns
-
-
-def filter_elements(rules: RuleSet) -> list[Any]:
-    """The values the stream filter admits for the partition key (all filters, OR'ed)."""
-    pk = rules.table.partition_key
-    elements: list[Any] = []
-    for entry in stream_event()["FilterCriteria"]["Filters"]:
-        pattern = json.loads(entry["Pattern"])
-        # Only the key is filtered: INSERT, MODIFY and REMOVE (and TTL deletes) all pass.
-        assert list(pattern) == ["dynamodb"]
-        assert list(pattern["dynamodb"]) == ["Keys"]
-        assert list(pattern["dynamodb"]["Keys"]) == [pk]
-        assert list(pattern["dynamodb"]["Keys"][pk]) == ["S"]
-        elements.extend(pattern["dynamodb"]["Keys"][pk]["S"])
-    return elements
-
-
-def admits(elements: list[Any], value: str) -> bool:
-    """EventBridge-style matching for the two forms the filter may use."""
-    for element in elements:
-        if isinstance(element, str):
-            if value == element:
-                return True
-        elif isinstance(element, dict) and set(element) == {"prefix"}:
-            if value.startswith(element["prefix"]):
-                return True
-        else:
-            pytest.fail(f"unexpected filter element {element!r}")
-    return False
-
-
-def test_filter_lists_exactly_the_rules_partition_key_patterns() -> None:
-    rules = bundled_rules()
-    expected = {
-        json.dumps({"prefix": p.value} if p.is_prefix else p.value)
-        for p in partition_key_patterns(rules)
+def test_stream_filter_is_the_parameter_that_defaults_to_the_bundled_rules_filter() -> None:
+    assert stream_event()["FilterCriteria"] == {
+        "Filters": [{"Pattern": {"Ref": "StreamFilterPattern"}}]
     }
-    assert {json.dumps(element) for element in filter_elements(rules)} == expected
-
-
-def test_filter_admits_what_the_rules_match_and_nothing_else() -> None:
-    rules = bundled_rules()
-    patterns = partition_key_patterns(rules)
-    elements = filter_elements(rules)
-    probes = {"NOTE#1", "post#a91f", "META", "x"}
-    for p in patterns:
-        probes |= {p.value, p.value + "a91f", p.value + "X", p.value[:-1] or p.value}
-    for value in sorted(probes):
-        wanted = any(p.matches(value) for p in patterns)
-        assert admits(elements, value) == wanted, f"{value!r}: rules want it: {wanted}"
-    assert not admits(elements, "NOTE#1")
+    default = TEMPLATE["Parameters"]["StreamFilterPattern"]["Default"]
+    assert default == filter_json(bundled_rules())
+    # Lambda's limit on one filter pattern, and CloudFormation's on a String parameter.
+    assert len(default) <= 4096
 
 
 # --- guard rails ----------------------------------------------------------------------------

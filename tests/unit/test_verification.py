@@ -305,7 +305,8 @@ def test_drift_is_found_repaired_logged_and_alerted_once(rig: Rig) -> None:
     assert parent is not None
     assert (parent["likeTally"], parent["tallyRevision"]) == (2, 4)
     marker = parent["tallyRepair"]
-    assert rig.store.confirm_marker(marker, POST, "1")  # the audit table logged this marker
+    image = serialize({"likeTally": Decimal(2)})
+    assert rig.store.confirm_marker(marker, POST, image, "1")  # the audit table logged it
     [logged] = rig.store.repairs()
     assert (logged["before"], logged["after"], logged["status"]) == (5, 2, "applied")
     [alert] = rig.alerts()

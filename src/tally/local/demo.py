@@ -24,7 +24,7 @@ from tally.local import stack as local_stack
 from tally.local.functions import environ
 from tally.local.pump import Pump
 from tally.local.stack import LocalStack
-from tally.rules import RuleSet, load_rules
+from tally.rules import DEFAULT_RULES_FILE, RuleSet, load_rules
 from tally.writers import SequenceAllocator, TallyWriter
 
 POSTS, ORDERS, PROJECTS, THREADS = 12, 4, 3, 8
@@ -47,7 +47,8 @@ def run_demo(state_dir: Path, keep: bool = False) -> int:
     say("starting the local stack (DynamoDB Local, SNS and SQS on loopback)")
     stack = local_stack.up(state_dir)
     try:
-        with environ(local_stack.env(stack)):
+        # The demo's app is the example's: its rules, whatever RULES_FILE says.
+        with environ(local_stack.env(stack) | {"RULES_FILE": str(DEFAULT_RULES_FILE)}):
             return _demo(stack, state_dir, started)
     finally:
         if not keep:
@@ -63,22 +64,25 @@ def _demo(stack: LocalStack, state_dir: Path, started: float) -> int:
     numbers = SequenceAllocator(ddb, table, rules)
     pump = runner.pump(stack, state_dir)
     pump.until_idle()  # start from a quiet stream
+    earlier = len(_inbox(stack, state_dir))  # alerts of earlier runs in this state directory
 
     say(f"writing {POSTS} posts, {ORDERS} orders, {PROJECTS} projects from {THREADS} threads")
     writes = _write_app(ddb, table, writer, numbers)
     report = pump.until_idle()
     checker_stats = f"{report.records} stream records verified in {report.batches} batches"
-    say(f"{writes} transactional writes; {checker_stats}, {len(_inbox(stack, state_dir))} alerts")
+    alerted = len(_inbox(stack, state_dir)) - earlier
+    say(f"{writes} transactional writes; {checker_stats}, {alerted} alerts")
 
     faults = _inject(ddb, table, rules)
     say("faults injected: " + ", ".join(f.name for f in faults))
-    _settle(pump)
-    alerts = _inbox(stack, state_dir)
+    if not _settle(pump):
+        print("DEMO FAILED: the stream and the recheck queue never went quiet")
+        return 1
+    alerts = _inbox(stack, state_dir)[earlier:]
     for fault in faults:
         match = [a for a in alerts if a["key"] == fault.key and a["kind"] == fault.expected_kind]
         if match:
             fault.caught, fault.repair = match[0]["kind"], match[0]["repair"]["status"]
-    runner.save_checkpoint(pump, state_dir)
 
     print("\nalerts the subscriber received:")
     for alert in alerts:
@@ -220,18 +224,12 @@ def _inject(ddb: Any, table: str, rules: RuleSet) -> list[Fault]:
     ]
 
 
-def _settle(pump: Pump, deadline_seconds: float = 90) -> None:
+def _settle(pump: Pump, deadline_seconds: float = 300) -> bool:
     """Pump until the stream is drained and every recheck has come due and run."""
-    deadline = time.monotonic() + deadline_seconds
-    waiting = 0
-    while time.monotonic() < deadline:
-        report = pump.until_idle(max_seconds=deadline - time.monotonic())
-        if report.pending_rechecks == 0:
-            return
-        if report.pending_rechecks != waiting:
-            waiting = report.pending_rechecks
-            say(f"waiting for {waiting} rechecks to come due (the sequences' grace period)")
-        time.sleep(2)
+    pending = pump.until_idle(max_seconds=deadline_seconds).pending_rechecks
+    if pending:
+        say(f"waiting for {pending} rechecks to come due (the sequences' grace period)")
+    return pump.until_idle(max_seconds=deadline_seconds, rechecks=True).idle
 
 
 def _final_audit() -> Any:

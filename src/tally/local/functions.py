@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from tally.local.template import TEMPLATE_PATH, resource
+from tally.local.template import TEMPLATE_PATH, conditions, resource
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -33,6 +35,40 @@ class Function:
         module, _, name = self.handler.rpartition(".")
         target: Handler = getattr(importlib.import_module(module), name)
         return target
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """A handler imported as Lambda imports it, and the modules that import made."""
+
+    handler: Handler
+    modules: dict[str, ModuleType]
+
+
+def cold_start(spec: Function, values: Mapping[str, str]) -> ColdStart:
+    """Import the handler afresh with its environment already set, as a Lambda cold start does.
+
+    Powertools (service name, namespace, log level) and module-level state read the
+    environment at import, so the handler's package is imported anew for each function:
+    modules already imported in this process, with another environment, are not reused.
+    """
+    package = spec.handler.split(".", 1)[0]
+
+    def own(name: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    outer = {name: module for name, module in sys.modules.items() if own(name)}
+    for name in outer:
+        del sys.modules[name]
+    try:
+        with variables(values):
+            handler = spec.load()
+        fresh = {name: module for name, module in sys.modules.items() if own(name)}
+    finally:
+        for name in [name for name in sys.modules if own(name)]:
+            del sys.modules[name]
+        sys.modules.update(outer)
+    return ColdStart(handler, fresh)
 
 
 def function(template: Mapping[str, Any], logical_id: str) -> Function:
@@ -60,10 +96,20 @@ def functions(template: Mapping[str, Any]) -> list[Function]:
     ]
 
 
-def resolve(value: Any, names: Mapping[str, str], parameters: Mapping[str, str]) -> str:
-    """An environment value with ``Ref`` resolved to a local resource name or a parameter."""
+def resolve(
+    value: Any,
+    names: Mapping[str, str],
+    parameters: Mapping[str, str],
+    conditions: Mapping[str, bool],
+) -> str:
+    """An environment value with ``Ref`` resolved to a local resource name or a parameter,
+    and ``Fn::If`` to the branch its condition picks."""
     if isinstance(value, str | int | float | bool):
         return str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, Mapping) and set(value) == {"Fn::If"}:
+        condition, when_true, when_false = value["Fn::If"]
+        branch = when_true if conditions[condition] else when_false
+        return resolve(branch, names, parameters, conditions)
     if isinstance(value, Mapping) and set(value) == {"Ref"}:
         ref = value["Ref"]
         if ref in names:
@@ -87,8 +133,11 @@ def environment(
 ) -> dict[str, str]:
     """The function's environment as strings, resolved against local names and defaults."""
     parameters = parameter_defaults(template)
+    chosen = conditions(template, parameters)
     spec = function(template, logical_id)
-    values = {key: resolve(value, names, parameters) for key, value in spec.environment.items()}
+    values = {
+        key: resolve(value, names, parameters, chosen) for key, value in spec.environment.items()
+    }
     # Declared-but-empty variables (the local endpoints) mean "unset": never clobber the caller's.
     values = {key: value for key, value in values.items() if value}
     # As in Lambda, the task root is the code directory: bundled files resolve against it.
@@ -103,22 +152,10 @@ def code_root(template: Mapping[str, Any], logical_id: str) -> Path:
 
 
 @contextlib.contextmanager
-def environ(values: Mapping[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration, and the cached settings with them."""
-    from tally.handlers import writer_api
-    from tally.observability import metrics
-    from tally.reconciler import runtime
-    from tally.settings import settings
-
-    caches = (settings, runtime.rules, runtime._clients, writer_api._writers)
-
+def variables(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration."""
     saved = {key: os.environ.get(key) for key in values}
-    saved_namespace = metrics.namespace
     os.environ.update(values)
-    for cache in caches:
-        cache.cache_clear()
-    # Powertools reads its namespace when first imported; Lambda sets it before that.
-    metrics.namespace = os.environ.get("POWERTOOLS_METRICS_NAMESPACE") or metrics.namespace
     try:
         yield
     finally:
@@ -127,6 +164,21 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = old
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration, and this process's cached settings with them."""
+    from tally.handlers import writer_api
+    from tally.reconciler import runtime
+    from tally.settings import settings
+
+    caches = (settings, runtime.rules, runtime._clients, writer_api._writers)
+    with variables(values):
         for cache in caches:
             cache.cache_clear()
-        metrics.namespace = saved_namespace
+        try:
+            yield
+        finally:
+            for cache in caches:
+                cache.cache_clear()

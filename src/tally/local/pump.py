@@ -5,6 +5,10 @@ size or batching window, invokes the handler the template names, and honours the
 mapping's settings: partial batch responses (retry from the first failed record),
 bisection on a function error, a retry limit, and the on-failure queue after it. It also
 feeds the recheck queue's due messages to the recheck handler, as SQS would.
+
+Like Lambda, it checkpoints a shard only past records whose fate is settled (handled, or
+sent to the on-failure queue), and an outage of the stream or a queue is waited out, never
+fatal: the records and messages it could not deliver are delivered once it is over.
 """
 
 from __future__ import annotations
@@ -17,11 +21,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tally.local.checkpoint import Checkpoint
+from tally.local.sqs_trigger import Invoke, Outage, QueueDepth, QueueTrigger, failed_identifiers
 from tally.streams import StreamReader
 
-Invoke = Callable[[dict[str, Any]], Any]
 Say = Callable[[str], None]
 POLLS_PER_SECOND = 4
+# Polls in a row that must find nothing to do before the pump calls itself idle: one empty
+# poll can fall between a write and its stream record, or a delay ending and the receive.
+QUIET_POLLS = 3
+# The longest pause between polls while the stream or a queue does not answer.
+MAX_OUTAGE_PAUSE = 2.0
+
+
+class PumpStopped(Exception):
+    """A stop was requested: the invocation in flight finished, nothing more is started."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,13 @@ class PumpReport:
     bisections: int = 0
     sent_to_failure_queue: int = 0
     rechecks: int = 0
+    # Recheck messages the handler failed: SQS offers them again after their visibility.
+    failed_rechecks: int = 0
+    # Calls to the stream or a queue that failed; each is retried on a later poll.
+    outages: int = 0
+    # Rechecks still queued when the pump stopped: delayed, in flight, or (if not idle) due.
     pending_rechecks: int = 0
+    idle: bool = False
     failure_messages: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -81,42 +101,82 @@ class Pump:
         failure_queue_url: str,
         settings: MappingSettings,
         say: Say | None = None,
+        checkpoint: Checkpoint | None = None,
     ):
         self.reader = reader
         self.invoke_stream = invoke_stream
-        self.invoke_recheck = invoke_recheck
         self.sqs = sqs
-        self.recheck_queue_url = recheck_queue_url
+        self.rechecks = QueueTrigger(sqs, recheck_queue_url, invoke_recheck)
         self.failure_queue_url = failure_queue_url
         self.settings = settings
         self.say = say or (lambda _: None)
+        self.checkpoint = checkpoint
         self.report = PumpReport()
+        # Per shard, the last record whose fate is settled: what a checkpoint may name.
+        self.settled: dict[str, str] = reader.positions()
+        self._saved = dict(self.settled)
+        self.stop_signal: int | None = None
+        self._failing = 0  # polls in a row that met an outage
 
-    def until_idle(self, max_seconds: float = 300.0) -> PumpReport:
-        """Pump until the stream and the due rechecks are drained; count rechecks not yet due."""
+    # --- running ---------------------------------------------------------------------
+
+    def until_idle(self, max_seconds: float = 300.0, *, rechecks: bool = False) -> PumpReport:
+        """Pump until QUIET_POLLS polls in a row find no record and no due recheck.
+
+        With ``rechecks``, also until every queued recheck has come due and been run.
+        ``report.idle`` says whether that happened before ``max_seconds`` or a stop.
+        """
         deadline = time.monotonic() + max_seconds
-        idle = 0
-        while idle < 2 and time.monotonic() < deadline:
-            moved = self.step()
-            idle = 0 if moved else idle + 1
-            if not moved:
-                time.sleep(1 / POLLS_PER_SECOND)
-        self.report.pending_rechecks = self.pending_rechecks()
+        quiet = 0
+        self.report.idle = False
+        try:
+            while not self.stop_signal and time.monotonic() < deadline:
+                outages = self.report.outages
+                moved = self.step()
+                depth = self.recheck_depth()
+                if depth is not None:
+                    self.report.pending_rechecks = depth.total
+                busy = (
+                    moved
+                    or depth is None
+                    or self.report.outages > outages
+                    or depth.visible
+                    or (rechecks and depth.total)
+                )
+                quiet = 0 if busy else quiet + 1
+                if quiet >= QUIET_POLLS:
+                    self.report.idle = True
+                    break
+                if not moved:
+                    self._pause()
+        except PumpStopped:
+            pass
         return self.report
 
     def forever(self) -> None:
-        """Pump until interrupted, polling about four times a second."""
-        while True:
-            if not self.step():
-                time.sleep(1 / POLLS_PER_SECOND)
+        """Pump until stopped, polling about four times a second."""
+        try:
+            while not self.stop_signal:
+                if not self.step():
+                    self._pause()
+        except PumpStopped:
+            pass
+
+    def stop(self, signal_number: int) -> None:
+        """Stop once the invocation in flight returns; asked again, abandon it at once.
+
+        Either way, the records of an unfinished batch are not checkpointed: the next pump
+        delivers them again.
+        """
+        if self.stop_signal is not None:
+            raise KeyboardInterrupt
+        self.stop_signal = signal_number
 
     def step(self) -> int:
         """One round: deliver what the shards hold, then the due rechecks."""
-        moved = 0
-        for shard_id, records in self._batches():
-            self._deliver(shard_id, records, attempt=0)
-            moved += len(records)
-        moved += self._rechecks()
+        outages = self.report.outages
+        moved = self._stream() + self._rechecks()
+        self._failing = self._failing + 1 if self.report.outages > outages else 0
         if moved:
             r = self.report
             self.say(
@@ -125,7 +185,41 @@ class Pump:
             )
         return moved
 
+    def positions(self) -> dict[str, str]:
+        """Per shard, the sequence number of the last settled record: the checkpoint."""
+        return dict(self.settled)
+
+    def _pause(self) -> None:
+        if not self.stop_signal:
+            time.sleep(min(MAX_OUTAGE_PAUSE, 2**self._failing / POLLS_PER_SECOND))
+
+    def _outage(self, what: str, error: Exception) -> None:
+        self.report.outages += 1
+        self.say(f"pump: {what} failed ({type(error).__name__}: {error}); trying again")
+
     # --- the stream ---------------------------------------------------------------------
+
+    def _stream(self) -> int:
+        try:
+            batches = self._batches()
+        except Outage as error:
+            self._outage("reading the stream", error)
+            return 0
+        moved = 0
+        for index, (shard_id, records) in enumerate(batches):
+            try:
+                self._deliver(shard_id, records, attempt=0)
+            except Outage as error:
+                self._rewind(batches[index:])
+                self._outage("sending to the on-failure queue", error)
+                return moved
+            except BaseException:  # a stop: what was read but not settled is read again
+                self._rewind(batches[index:])
+                raise
+            finally:
+                self._save()
+            moved += len(records)
+        return moved
 
     def _batches(self) -> list[tuple[str, list[dict[str, Any]]]]:
         """Batches per shard, filled up to the batch size or until the window closes."""
@@ -133,7 +227,14 @@ class Pump:
         gathered: dict[str, list[dict[str, Any]]] = {}
         window_ends = time.monotonic() + self.settings.window_seconds
         while True:
-            for shard_id, records in self.reader.poll_batches(limit=size):
+            try:
+                polled = self.reader.poll_batches(limit=size)
+            except Outage as error:
+                if not gathered:
+                    raise
+                self._outage("reading the stream", error)  # deliver what was read
+                break
+            for shard_id, records in polled:
                 gathered.setdefault(shard_id, []).extend(records)
             full = any(len(r) >= size for r in gathered.values())
             if not gathered or full or time.monotonic() >= window_ends:
@@ -146,6 +247,8 @@ class Pump:
         ]
 
     def _deliver(self, shard_id: str, records: list[dict[str, Any]], attempt: int) -> None:
+        if self.stop_signal:
+            raise PumpStopped
         self.report.batches += 1
         try:
             response = self.invoke_stream({"Records": records})
@@ -159,13 +262,22 @@ class Pump:
                 return
             self._retry_or_fail(shard_id, records, attempt, "Unhandled")
             return
-        self.report.records += len(records)
-        failed = _failed_sequence_numbers(response) if self.settings.partial_responses else []
-        if failed:
-            first = min(failed, key=int)
-            remaining = [r for r in records if int(r["dynamodb"]["SequenceNumber"]) >= int(first)]
-            self.report.records -= len(remaining)
-            self._retry_or_fail(shard_id, remaining, attempt, None)
+        failed = failed_identifiers(response) if self.settings.partial_responses else []
+        numbers = [int(r["dynamodb"]["SequenceNumber"]) for r in records]
+        if not failed:
+            self._settle(shard_id, records)
+            return
+        # Lambda retries from the first failed record; an identifier not in the batch fails it all.
+        first = min(int(n) for n in failed) if all(n.isdigit() for n in failed) else -1
+        done = numbers.index(first) if first in numbers else 0
+        self._settle(shard_id, records[:done])
+        self._retry_or_fail(shard_id, records[done:], attempt, None)
+
+    def _settle(self, shard_id: str, records: list[dict[str, Any]]) -> None:
+        """These records' fate is decided: the checkpoint may move past them."""
+        if records:
+            self.report.records += len(records)
+            self.settled[shard_id] = records[-1]["dynamodb"]["SequenceNumber"]
 
     def _retry_or_fail(
         self, shard_id: str, records: list[dict[str, Any]], attempt: int, error: str | None
@@ -180,53 +292,63 @@ class Pump:
         self.sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
         self.report.sent_to_failure_queue += len(records)
         self.report.failure_messages.append(message)
+        self.settled[shard_id] = records[-1]["dynamodb"]["SequenceNumber"]
         self.say(
             f"pump: {len(records)} records sent to the on-failure queue after {attempt + 1} tries"
         )
+
+    def _rewind(self, batches: list[tuple[str, list[dict[str, Any]]]]) -> None:
+        """Make the reader hand out again every record of ``batches`` not yet settled."""
+        rewound: set[str] = set()
+        for shard_id, records in batches:
+            if shard_id in rewound:
+                continue
+            settled = int(self.settled.get(shard_id, -1))
+            for record in records:
+                number = record["dynamodb"]["SequenceNumber"]
+                if int(number) > settled:
+                    self.reader.rewind(shard_id, number)
+                    rewound.add(shard_id)
+                    break
+
+    def _save(self) -> None:
+        if self.checkpoint is not None and self.settled != self._saved:
+            self.checkpoint.save(self.settled)
+            self._saved = dict(self.settled)
 
     # --- the recheck queue -------------------------------------------------------------
 
     def _rechecks(self) -> int:
         delivered = 0
         while True:
-            messages = self.sqs.receive_message(
-                QueueUrl=self.recheck_queue_url,
-                MaxNumberOfMessages=10,
-                WaitTimeSeconds=0,
-                VisibilityTimeout=30,  # a failed recheck comes back after this
-                AttributeNames=["All"],
-            ).get("Messages", [])
-            if not messages:
+            if self.stop_signal:
+                raise PumpStopped
+            try:
+                delivery = self.rechecks.deliver_batch()
+            except Outage as error:
+                self._outage("the recheck queue", error)
                 return delivered
-            event = {"Records": [sqs_event_record(m, self.recheck_queue_url) for m in messages]}
-            response = self.invoke_recheck(event)
-            failed = set(_failed_sequence_numbers(response))
-            for message in messages:
-                if message["MessageId"] not in failed:
-                    self.sqs.delete_message(
-                        QueueUrl=self.recheck_queue_url, ReceiptHandle=message["ReceiptHandle"]
-                    )
-            delivered += len(messages) - len(failed)
-            self.report.rechecks += len(messages) - len(failed)
-            if failed:
+            if delivery is None:
+                return delivered
+            delivered += delivery.handled
+            self.report.rechecks += delivery.handled
+            self.report.failed_rechecks += delivery.failed
+            if delivery.error is not None:
+                self.say(
+                    f"pump: recheck handler raised {type(delivery.error).__name__}: "
+                    f"{delivery.error}; {delivery.failed} rechecks come back in "
+                    f"{self.rechecks.visibility_seconds} s"
+                )
+            if delivery.failed:
                 return delivered
 
-    def pending_rechecks(self) -> int:
-        """Rechecks not yet due (still in their grace delay) or in flight."""
-        attributes = self.sqs.get_queue_attributes(
-            QueueUrl=self.recheck_queue_url,
-            AttributeNames=[
-                "ApproximateNumberOfMessagesDelayed",
-                "ApproximateNumberOfMessagesNotVisible",
-            ],
-        )["Attributes"]
-        return sum(int(v) for v in attributes.values())
-
-
-def _failed_sequence_numbers(response: Any) -> list[str]:
-    if not isinstance(response, Mapping):
-        return []
-    return [str(f["itemIdentifier"]) for f in response.get("batchItemFailures") or []]
+    def recheck_depth(self) -> QueueDepth | None:
+        """The recheck queue's counts, or None while it does not answer."""
+        try:
+            return self.rechecks.depth()
+        except Outage as error:
+            self._outage("the recheck queue", error)
+            return None
 
 
 def _failure_message(
@@ -263,18 +385,3 @@ def _iso(epoch: Any) -> str | None:
     if epoch is None:
         return None
     return datetime.fromtimestamp(float(epoch), UTC).isoformat().replace("+00:00", "Z")
-
-
-def sqs_event_record(message: Mapping[str, Any], queue_url: str) -> dict[str, Any]:
-    """An SQS message in Lambda's SQS event record shape."""
-    return {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": message.get("Attributes", {}),
-        "messageAttributes": message.get("MessageAttributes", {}),
-        "md5OfBody": message["MD5OfBody"],
-        "eventSource": "aws:sqs",
-        "eventSourceARN": f"arn:aws:sqs:us-east-1:000000000000:{queue_url.rsplit('/', 1)[-1]}",
-        "awsRegion": "us-east-1",
-    }

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import signal
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from aws_lambda_powertools import Logger
+
 from tally.local import stack as local_stack
-from tally.local.functions import environ, environment, function, parameter_defaults
-from tally.local.pump import Invoke, MappingSettings, Pump, Say
+from tally.local.checkpoint import Checkpoint
+from tally.local.functions import cold_start, environment, function, parameter_defaults, variables
+from tally.local.pump import MappingSettings, Pump, Say
+from tally.local.sqs_trigger import Invoke
 from tally.local.stack import LocalStack
 from tally.local.template import TEMPLATE_PATH, load_template
 from tally.streams import StreamReader, stream_arn
 
 CHECKPOINT_FILE = "stream-checkpoint.json"
 FUNCTION_LOG = "functions.log"
+# Local mode has no X-Ray daemon (`sam local invoke` disables tracing the same way).
+LOCAL_ENVIRONMENT = {"POWERTOOLS_TRACE_DISABLED": "true"}
 
 
 @dataclass
@@ -34,27 +40,38 @@ class LocalContext:
 
 
 def invoker(
-    stack: LocalStack, logical_id: str, template: Mapping[str, Any] | None = None
+    stack: LocalStack,
+    logical_id: str,
+    template: Mapping[str, Any] | None = None,
+    rules_file: Path | None = None,
 ) -> Invoke:
-    """Call the handler the template names, with the template's environment, locally."""
+    """Call the handler the template names, with the template's environment, locally.
+
+    The functions load the stack's rules file, or ``rules_file`` when given.
+    """
     template = template or load_template(TEMPLATE_PATH)
     spec = function(template, logical_id)
-    values = environment(template, logical_id, stack.names()) | local_stack.env(stack)
-    handler = spec.load()
+    values = (
+        environment(template, logical_id, stack.names())
+        | local_stack.env(stack)
+        | LOCAL_ENVIRONMENT
+    )
+    if rules_file is not None:
+        values["RULES_FILE"] = str(rules_file)
+    started = cold_start(spec, values)
+    logger: Logger = started.modules["tally.observability"].logger
     log = stack.state_dir / FUNCTION_LOG
 
     def invoke(event: dict[str, Any]) -> Any:
         # The functions' JSON logs and EMF metrics go where CloudWatch would have them.
-        with environ(values), log.open("a") as out, _logs_to(out):
-            return handler(event, LocalContext(logical_id))
+        with variables(values), log.open("a") as out, _logs_to(logger, out):
+            return started.handler(event, LocalContext(logical_id))
 
     return invoke
 
 
 @contextlib.contextmanager
-def _logs_to(out: TextIO) -> Iterator[None]:
-    from tally.observability import logger
-
+def _logs_to(logger: Logger, out: TextIO) -> Iterator[None]:
     handler = logger.registered_handler
     stream = handler.setStream(out)  # type: ignore[attr-defined]
     try:
@@ -64,8 +81,13 @@ def _logs_to(out: TextIO) -> Iterator[None]:
         handler.setStream(stream)  # type: ignore[attr-defined]
 
 
-def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
-    """A pump wired as template.yaml wires the stream and the recheck queue."""
+def pump(
+    stack: LocalStack, state_dir: Path, say: Say | None = None, rules_file: Path | None = None
+) -> Pump:
+    """A pump wired as template.yaml wires the stream and the recheck queue.
+
+    It resumes after the checkpoint in ``state_dir`` and saves it after every batch.
+    """
     template = load_template(TEMPLATE_PATH)
     spec = function(template, "ReconcilerFunction")
     stream = next(e for e in spec.events.values() if e.get("Type") == "DynamoDB")
@@ -74,21 +96,41 @@ def pump(stack: LocalStack, state_dir: Path, say: Say | None = None) -> Pump:
     reader = StreamReader(
         stack.client("dynamodbstreams"), stream_arn(stack.client("dynamodb"), names["Table"])
     )
-    checkpoint = state_dir / CHECKPOINT_FILE
-    if checkpoint.exists():
-        reader.resume(json.loads(checkpoint.read_text()))
+    checkpoint = Checkpoint(state_dir / CHECKPOINT_FILE, reader.stream_arn, say)
+    reader.resume(checkpoint.load())
     return Pump(
         reader,
-        invoker(stack, "ReconcilerFunction", template),
-        invoker(stack, "RecheckFunction", template),
+        invoker(stack, "ReconcilerFunction", template, rules_file),
+        invoker(stack, "RecheckFunction", template, rules_file),
         stack.client("sqs"),
         names["RecheckQueue"],
         names["StreamFailureQueue"],
         settings,
         say,
+        checkpoint,
     )
 
 
-def save_checkpoint(pumped: Pump, state_dir: Path) -> None:
-    """Remember where each shard was left, so the next pump starts there."""
-    (state_dir / CHECKPOINT_FILE).write_text(json.dumps(pumped.reader.positions()))
+@contextlib.contextmanager
+def stopped_by_signals(pumped: Pump) -> Iterator[None]:
+    """SIGINT and SIGTERM stop the pump after the invocation in flight; a second one abandons it.
+
+    Only settled records are checkpointed either way, so nothing is skipped on restart.
+    """
+    previous = {
+        number: signal.signal(number, lambda received, _: pumped.stop(received))
+        for number in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    except KeyboardInterrupt:
+        if pumped.stop_signal is None:  # not ours: an interrupt raised by something else
+            raise
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def exit_code(pumped: Pump) -> int:
+    """0, or 128 + the signal that stopped the pump (130 for SIGINT, 143 for SIGTERM)."""
+    return 128 + pumped.stop_signal if pumped.stop_signal else 0

@@ -1,7 +1,10 @@
 """The local stack behind `tally local up/down/env`: DynamoDB Local and moto's server (SNS,
 SQS) as background processes that outlive the command, holding template.yaml's resources.
 
-`up` records what it started in ``<state dir>/local.json``; `down` stops exactly that.
+The counted table comes from template.yaml, from the user's own template (adopting an
+existing table), or from the rules' key schema; the rules file the functions load is
+recorded with the stack. `up` records what it started in ``<state dir>/local.json``;
+`down` stops exactly that.
 """
 
 from __future__ import annotations
@@ -23,12 +26,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 import boto3
+import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.live_table import TableShape, schema_problems
 from tally.local.dynamodb_local import JAR_NAME, DynamoDBLocalUnavailable, tail
 from tally.local.dynamodb_local import command as dynamodb_command
-from tally.local.template import TEMPLATE_PATH, create_table, load_template, resource
+from tally.local.template import (
+    TEMPLATE_PATH,
+    TemplateResourceError,
+    create_table,
+    create_table_from,
+    create_table_kwargs,
+    load_template,
+    resource,
+    rules_table_kwargs,
+    time_to_live_attribute,
+)
+from tally.rules import DEFAULT_RULES_FILE, load_rules
 
 DEFAULT_STATE_DIR = Path(__file__).resolve().parents[3] / ".tally"
 STATE_FILE = "local.json"
@@ -113,6 +129,9 @@ class LocalStack:
     state_dir: Path
     # True when `up` found this stack running and left it as it was.
     already_running: bool = False
+    # The rules file the functions load (None: the bundled one) and where the table came from.
+    rules_file: str | None = None
+    table_source: str = ""
 
     def names(self) -> dict[str, str]:
         """Template logical id -> local name, ARN or URL: what ``Ref`` resolves to."""
@@ -175,12 +194,51 @@ def env(stack: LocalStack) -> dict[str, str]:
         "RECHECK_QUEUE_URL": stack.recheck_queue_url,
         "STREAM_FAILURE_QUEUE_URL": stack.stream_failure_queue_url,
         "ALERT_INBOX_URL": stack.alert_inbox_url,
-    }
+    } | ({"RULES_FILE": stack.rules_file} if stack.rules_file else {})
 
 
 def exports(stack: LocalStack) -> str:
     """`env` as shell ``export`` lines, for ``eval "$(tally local env)"``."""
     return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in env(stack).items())
+
+
+@dataclass(frozen=True)
+class CountedTable:
+    """The counted table's definition, checked against the rules before anything starts."""
+
+    kwargs: dict[str, Any]
+    ttl_attribute: str | None
+    source: str
+
+
+def counted_table(
+    rules_file: Path | None, template: Path | None, table_id: str = "Table"
+) -> CountedTable:
+    """The table from ``template``'s ``table_id``, else from the rules' key schema when a
+    rules file is given, else template.yaml's example table."""
+    rules = load_rules(rules_file or DEFAULT_RULES_FILE)
+    if template is not None or rules_file is None:
+        path = template or TEMPLATE_PATH
+        try:
+            body = load_template(path)
+            kwargs = create_table_kwargs(body, table_id, TABLE)
+            ttl = time_to_live_attribute(body, table_id)
+        except (OSError, ValueError, yaml.YAMLError, TemplateResourceError) as exc:
+            raise LocalStackError(f"table {table_id!r} of {path}: {exc}") from exc
+        except (KeyError, TypeError) as exc:
+            raise LocalStackError(
+                f"table {table_id!r} of {path}: local mode cannot read its {exc} "
+                "(a plain value is needed, not an intrinsic function)"
+            ) from exc
+        table = CountedTable(kwargs, ttl, f"{path}#{table_id}")
+    else:
+        table = CountedTable(rules_table_kwargs(rules, TABLE), None, "rules")
+    problems = schema_problems(rules, replace(TableShape.of(table.kwargs), name=table.source))
+    if problems:
+        raise LocalStackError(
+            f"{table.source} cannot hold these rules:\n  " + "\n  ".join(problems)
+        )
+    return table
 
 
 def up(
@@ -189,16 +247,28 @@ def up(
     dynamodb_port: int | None = None,
     moto_port: int | None = None,
     startup_timeout: float = 60.0,
+    rules_file: Path | None = None,
+    template: Path | None = None,
+    table_id: str = "Table",
 ) -> LocalStack:
     """Start the stack and create the template's resources, or return the running one.
 
     Ports default to free ones. A stack recorded in ``state_dir`` whose processes still
-    answer is returned as is (``already_running``); one whose processes are gone is replaced.
-    With DYNAMODB_ENDPOINT set, that DynamoDB is used and no DynamoDB Local is started.
+    answer is returned as is (``already_running``) if it holds the same table and rules;
+    one whose processes are gone is replaced. With DYNAMODB_ENDPOINT set, that DynamoDB is
+    used and no DynamoDB Local is started.
     """
+    rules_file = rules_file.resolve() if rules_file else None
+    table = counted_table(rules_file, template.resolve() if template else None, table_id)
     existing = load(state_dir)
     if existing is not None:
         if _answers(existing):
+            wanted = (str(rules_file) if rules_file else None, table.source)
+            if (existing.rules_file, existing.table_source) != wanted:
+                raise LocalStackError(
+                    f"the local stack runs table {existing.table_source} with rules "
+                    f"{existing.rules_file or 'bundled'}; `tally local down` first"
+                )
             return replace(existing, already_running=True)
         down(state_dir)  # stops whichever of its processes survived
     # Only DYNAMODB_ENDPOINT: AWS_ENDPOINT_URL_DYNAMODB may be a stale `tally local env` export.
@@ -247,6 +317,7 @@ def up(
 
         stack = _create_resources(
             state_dir,
+            table,
             dynamodb_endpoint=dynamodb_endpoint,
             dynamodb_pid=None if dynamodb_process is None else dynamodb_process.pid,
             dynamodb_port=dynamodb_port,
@@ -254,6 +325,7 @@ def up(
             moto_pid=moto.pid,
             moto_port=moto_port,
         )
+        stack = replace(stack, rules_file=str(rules_file) if rules_file else None)
         stack.save()
     except BaseException:
         _stop(started, timeout=10.0)
@@ -361,6 +433,7 @@ def _wait_ready(
 
 def _create_resources(
     state_dir: Path,
+    counted: CountedTable,
     *,
     dynamodb_endpoint: str,
     dynamodb_pid: int | None,
@@ -369,11 +442,20 @@ def _create_resources(
     moto_pid: int,
     moto_port: int,
 ) -> LocalStack:
-    """Create the template's tables, topic and queues, and the alert inbox subscribed to it."""
+    """Create the counted table, the template's audit table, topic and queues, and the alert
+    inbox subscribed to the topic."""
     template = load_template(TEMPLATE_PATH)
     dynamodb = _client("dynamodb", dynamodb_endpoint)
-    table = _table(dynamodb, template, "Table", TABLE)
-    _table(dynamodb, template, "AuditTable", AUDIT_TABLE)
+    table = _existing(dynamodb, TABLE)
+    if table is None:
+        table = create_table_from(dynamodb, counted.kwargs, counted.ttl_attribute)
+    elif TableShape.of(table).keys != TableShape.of(counted.kwargs).keys:
+        raise LocalStackError(
+            f"{dynamodb_endpoint} keeps a table {TABLE} with other keys than {counted.source}; "
+            "delete it first"
+        )
+    if _existing(dynamodb, AUDIT_TABLE) is None:
+        create_table(dynamodb, template, "AuditTable", AUDIT_TABLE)
 
     sns = _client("sns", moto_endpoint)
     sqs = _client("sqs", moto_endpoint)
@@ -412,16 +494,17 @@ def _create_resources(
         moto_pid=moto_pid,
         moto_port=moto_port,
         state_dir=state_dir,
+        table_source=counted.source,
     )
 
 
-def _table(client: Any, template: dict[str, Any], logical_id: str, name: str) -> dict[str, Any]:
+def _existing(client: Any, name: str) -> dict[str, Any] | None:
+    """A table a DYNAMODB_ENDPOINT of the user's kept across `down`, if there is one."""
     try:
-        return create_table(client, template, logical_id, name)
-    except client.exceptions.ResourceInUseException:
-        # Only on a DYNAMODB_ENDPOINT of the user's, which keeps its tables across `down`.
         table: dict[str, Any] = client.describe_table(TableName=name)["Table"]
-        return table
+    except client.exceptions.ResourceNotFoundException:
+        return None
+    return table
 
 
 def _queue(

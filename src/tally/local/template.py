@@ -1,4 +1,5 @@
-"""Create local tables from template.yaml so local and deployed tables cannot disagree."""
+"""Create local tables from a template (template.yaml, or the user's own, so local and deployed
+tables cannot disagree) or from a rules file's key schema."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tally.live_table import STREAM_VIEW
+from tally.rules import IndexMembers, RuleSet, SequenceRule
 
 TEMPLATE_PATH = Path(
     os.environ.get("TALLY_TEMPLATE", Path(__file__).resolve().parents[3] / "template.yaml")
@@ -77,6 +81,41 @@ def load_template(path: Path) -> dict[str, Any]:
     if not isinstance(template, dict):
         raise ValueError(f"{path} is not a CloudFormation template")
     return template
+
+
+def conditions(template: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[str, bool]:
+    """The template's Conditions, evaluated against the parameter values."""
+    raw: Mapping[str, Any] = template.get("Conditions", {})
+    done: dict[str, bool] = {}
+
+    def operand(node: Any) -> Any:
+        if isinstance(node, Mapping) and set(node) == {"Ref"} and node["Ref"] in parameters:
+            return parameters[node["Ref"]]
+        if isinstance(node, str | int | float | bool):
+            return str(node)
+        raise ValueError(f"condition operand {node!r} cannot be evaluated locally")
+
+    def evaluate(node: Any) -> bool:
+        if isinstance(node, Mapping) and len(node) == 1:
+            ((function, args),) = node.items()
+            if function == "Condition":
+                return named(args)
+            if function == "Fn::Equals":
+                return bool(operand(args[0]) == operand(args[1]))
+            if function == "Fn::Not":
+                return not evaluate(args[0])
+            if function == "Fn::And":
+                return all(evaluate(arg) for arg in args)
+            if function == "Fn::Or":
+                return any(evaluate(arg) for arg in args)
+        raise ValueError(f"condition {node!r} cannot be evaluated locally")
+
+    def named(name: str) -> bool:
+        if name not in done:
+            done[name] = evaluate(raw[name])
+        return done[name]
+
+    return {name: named(name) for name in raw}
 
 
 def resource(template: Mapping[str, Any], logical_id: str, kind: str) -> dict[str, Any]:
@@ -156,15 +195,58 @@ def time_to_live_attribute(template: dict[str, Any], logical_id: str) -> str | N
     return None
 
 
+def rules_table_kwargs(rules: RuleSet, table_name: str) -> dict[str, Any]:
+    """create_table kwargs for the table the rules describe: its keys, the indexes its
+    index-layout sequences read, and the stream the reconciler needs."""
+    keys = rules.table
+    types = {name: keys.type_of(name) for name in keys.names}
+    schema = [{"AttributeName": keys.partition_key, "KeyType": "HASH"}]
+    if keys.sort_key is not None:
+        schema.append({"AttributeName": keys.sort_key, "KeyType": "RANGE"})
+    indexes = {}
+    for rule in rules:
+        if isinstance(rule, SequenceRule) and isinstance(rule.members, IndexMembers):
+            members = rule.members
+            types |= {members.sequence_attribute: "S", members.number: "N"}
+            indexes[members.index] = {
+                "IndexName": members.index,
+                "KeySchema": [
+                    {"AttributeName": members.sequence_attribute, "KeyType": "HASH"},
+                    {"AttributeName": members.number, "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+    kwargs: dict[str, Any] = {
+        "TableName": table_name,
+        "AttributeDefinitions": [
+            {"AttributeName": name, "AttributeType": kind} for name, kind in types.items()
+        ],
+        "KeySchema": schema,
+        "BillingMode": "PAY_PER_REQUEST",
+        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": STREAM_VIEW},
+    }
+    if indexes:
+        kwargs["GlobalSecondaryIndexes"] = list(indexes.values())
+    return kwargs
+
+
 def create_table(
     client: Any, template: dict[str, Any], logical_id: str, table_name: str
 ) -> dict[str, Any]:
     """Create the table from the template, wait for ACTIVE, enable TTL; return its description."""
-    client.create_table(**create_table_kwargs(template, logical_id, table_name))
+    kwargs = create_table_kwargs(template, logical_id, table_name)
+    return create_table_from(client, kwargs, time_to_live_attribute(template, logical_id))
+
+
+def create_table_from(
+    client: Any, kwargs: dict[str, Any], ttl_attribute: str | None
+) -> dict[str, Any]:
+    """Create a table, wait for ACTIVE, enable TTL if named; return its description."""
+    table_name = kwargs["TableName"]
+    client.create_table(**kwargs)
     client.get_waiter("table_exists").wait(
         TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 120}
     )
-    ttl_attribute = time_to_live_attribute(template, logical_id)
     if ttl_attribute:
         client.update_time_to_live(
             TableName=table_name,

@@ -31,19 +31,26 @@ class AlertPublisher:
             raise
         self.store.alert_sent(message.alert_id)
 
-    def flush(self) -> int:
-        """Publish every pending alert whose lease ran out; how many were sent."""
-        sent = 0
+    def flush(self) -> tuple[int, list[str]]:
+        """Publish every pending alert whose lease ran out: how many were sent, and why the
+        others were not. One alert that cannot be sent never holds back the rest."""
+        sent, errors = 0, []
         for item in self.store.pending_alerts():
             alert_id = str(item["SK"])
-            if not self.store.lease_alert(alert_id):
-                continue  # another publisher took it
-            message = AlertMessage(
-                alert_id, str(item["subject"]), str(item["message"]), json.loads(item["attributes"])
-            )
-            self.send(message)
-            sent += 1
-        return sent
+            try:
+                if not self.store.lease_alert(alert_id):
+                    continue  # another publisher took it
+                message = AlertMessage(
+                    alert_id,
+                    str(item["subject"]),
+                    str(item["message"]),
+                    json.loads(item["attributes"]),
+                )
+                self.send(message)
+                sent += 1
+            except Exception as error:
+                errors.append(f"alert {alert_id}: {type(error).__name__}: {error}")
+        return sent, errors
 
     def _publish(self, message: AlertMessage) -> None:
         self.sns.publish(

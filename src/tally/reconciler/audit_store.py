@@ -112,8 +112,11 @@ class AuditStore:
 
     # --- repair markers ------------------------------------------------------------------
 
-    def marker_put(self, marker: str, key: Mapping[str, str]) -> dict[str, Any]:
-        """A ``TransactWriteItems`` Put logging the marker a repair writes on ``key``.
+    def marker_put(
+        self, marker: str, key: Mapping[str, str], written: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A ``TransactWriteItems`` Put logging the marker a repair writes on ``key``, with the
+        values it writes (``written``), which the repair's own stream record must show.
 
         It fails if the marker was logged before, so a TTL decrement applies once.
         """
@@ -121,6 +124,7 @@ class AuditStore:
             "PK": f"MARKER#{marker}",
             "SK": "MARKER",
             "target": _key_json(key),
+            "written": json.dumps({k: _canonical(v) for k, v in (written or {}).items()}),
             "expiresAt": self._expiry(MARKER_TTL),
         }
         return {
@@ -131,22 +135,43 @@ class AuditStore:
             }
         }
 
-    def confirm_marker(self, marker: str, key: Mapping[str, str], sequence_number: str) -> bool:
-        """True when a logged repair wrote this marker on this key, and this record is its one.
+    def confirm_marker(
+        self,
+        marker: str,
+        key: Mapping[str, str],
+        image: Mapping[str, Any],
+        sequence_number: str,
+    ) -> bool:
+        """True when a logged repair wrote this marker on this key with the values ``image``
+        (the record's new image) shows, and this record is the one that claims it.
 
-        Any client can write the marker attribute; only the audit table knows which values
-        the reconciler wrote, and each is claimed by one stream record (redelivery included).
+        Any client can write the marker attribute, even a value it read from a real repair;
+        only the audit table knows which values the reconciler wrote, and each is claimed by
+        one stream record (a redelivery of that record included).
         """
+        logged = self.client.get_item(
+            TableName=self.table_name,
+            Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
+            ConsistentRead=True,
+        ).get("Item")
+        if logged is None:
+            return False
+        item = deserialize(logged)
+        written = json.loads(item.get("written") or "{}")
+        try:
+            shown = {name: _canonical(deserialize({name: image[name]})[name]) for name in written}
+        except Exception:
+            return False  # the record does not show what the repair wrote
+        if item.get("target") != _key_json(key) or shown != written:
+            return False
         try:
             self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
-                UpdateExpression="SET seenSequence = :seq",
-                ConditionExpression="target = :target AND "
-                "(attribute_not_exists(seenSequence) OR seenSequence = :seq)",
-                ExpressionAttributeValues=serialize(
-                    {":target": _key_json(key), ":seq": sequence_number}
-                ),
+                UpdateExpression="SET #seen = :seq",
+                ConditionExpression="attribute_not_exists(#seen) OR #seen = :seq",
+                ExpressionAttributeNames={"#seen": "seenSequence"},
+                ExpressionAttributeValues=serialize({":seq": sequence_number}),
             )
         except ClientError as error:
             if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
@@ -214,17 +239,23 @@ class AuditStore:
             return False
         return True
 
-    def pending_alerts(self, limit: int = 50) -> list[dict[str, Any]]:
-        """Pending alerts whose lease has run out, oldest first."""
-        response = self.client.query(
-            TableName=self.table_name,
-            KeyConditionExpression="PK = :pk",
-            FilterExpression="leaseUntil < :now",
-            ExpressionAttributeValues=serialize({":pk": OUTBOX_PK, ":now": int(self.clock())}),
-            ConsistentRead=True,
-            Limit=limit,
-        )
-        return [deserialize(item) for item in response.get("Items", [])]
+    def pending_alerts(self, limit: int = 100) -> list[dict[str, Any]]:
+        """Up to ``limit`` pending alerts whose lease has run out (in alert id order)."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "PK = :pk",
+            "FilterExpression": "leaseUntil < :now",
+            "ExpressionAttributeValues": serialize({":pk": OUTBOX_PK, ":now": int(self.clock())}),
+            "ConsistentRead": True,
+        }
+        found: list[dict[str, Any]] = []
+        while len(found) < limit:
+            response = self.client.query(**request)
+            found += [deserialize(item) for item in response.get("Items", [])]
+            if "LastEvaluatedKey" not in response:
+                break
+            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return found[:limit]
 
     def lease_alert(self, alert_id: str) -> bool:
         """Take a pending alert over for publishing; False when another publisher holds it."""
@@ -382,6 +413,11 @@ class AuditStore:
             if "LastEvaluatedKey" not in response:
                 return items
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _canonical(value: Any) -> str:
+    """A written value as the stream shows it back (DynamoDB drops a number's trailing zeros)."""
+    return str(value.normalize()) if isinstance(value, Decimal) else json.dumps(value)
 
 
 def _key_json(key: Mapping[str, str]) -> str:

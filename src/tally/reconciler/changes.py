@@ -23,7 +23,6 @@ from boto3.dynamodb.types import TypeDeserializer
 from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.rules import (
     REPAIR_MARKER,
-    CollectionMembers,
     CountRule,
     IndexMembers,
     Key,
@@ -129,8 +128,12 @@ class Group:
 
     @property
     def horizon(self) -> int:
-        """Numbers up to here were handed out before this batch ended."""
-        return max([self.counter_seen, *self.inserted])
+        """Numbers up to here were handed out by the counter before this batch ended.
+
+        A member's own number is no horizon: a member written above the counter (a rogue, a
+        reset) hands out nothing below it, and counter_behind is its finding.
+        """
+        return self.counter_seen
 
     @property
     def first_sequence_number(self) -> str:
@@ -214,14 +217,13 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
             group.unreadable += 1
             continue
         try:
-            _fold_match(rules, group, match, record, event, keys, old, new, sequence_number, at)
+            _fold_match(group, match, record, event, keys, old, new, sequence_number, at)
         except Exception:
             # A value no writer could have stored (NaN, 39 digits...): let the table decide.
             group.unreadable += 1
 
 
 def _fold_match(
-    rules: RuleSet,
     group: Group,
     match: Match,
     record: Mapping[str, Any],
@@ -238,8 +240,8 @@ def _fold_match(
         _fold_child(group, record, keys, old, new, sequence_number, at)
     else:
         number = (
-            _member_number(rules, match.rule, keys, old),
-            _member_number(rules, match.rule, keys, new),
+            _member_number(match.rule, keys, old),
+            _member_number(match.rule, keys, new),
         )
         _fold_member(group, event, keys, number, sequence_number, at)
 
@@ -335,16 +337,14 @@ def _fold_member(
         group.inserted[after] += 1
 
 
-def _member_number(
-    rules: RuleSet, rule: AnyRule, keys: Key, image: Mapping[str, Any]
-) -> int | None:
+def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | None:
     """The number a member image holds (None: no image, or not a member of this sequence)."""
     if not image or not isinstance(rule, SequenceRule):
         return None
-    if isinstance(rule.members, CollectionMembers):
-        sort_key = rules.table.sort_key
-        return rule.member_number(keys[sort_key]) if sort_key else None
-    members: IndexMembers = rule.members
+    members = rule.members
+    if not isinstance(members, IndexMembers):
+        value = keys.get(members.attribute)
+        return rule.member_number(value) if value is not None else None
     if _attr(image, members.sequence_attribute) != rule.sequence_name:
         return None
     number = _attr(image, members.number)
@@ -381,8 +381,8 @@ def _shown(value: Any) -> Any:
 
 
 def _keys(raw: Mapping[str, Any]) -> Key:
-    # Rules match string keys only; reading {"S": ...} directly keeps the hot path cheap.
-    keys = {name: value["S"] for name, value in raw.items()}
+    # Key values stay text, numbers as DynamoDB writes them: no deserializer on the hot path.
+    keys = {name: value["S"] if "S" in value else value["N"] for name, value in raw.items()}
     if not keys:
         raise ValueError("stream record has no keys")
     return keys

@@ -22,6 +22,9 @@ Kind = Literal[
 RepairStatus = Literal["applied", "skipped", "failed", "dry_run", "disabled"]
 Severity = Literal["info", "warning", "critical"]
 
+# An alert stays far below SNS's 256 KB however many records a group held.
+MAX_EVIDENCE = 20
+
 SEVERITY: dict[Kind, Severity] = {
     "drift": "warning",
     "gap": "warning",
@@ -84,6 +87,7 @@ class Finding:
     evidence: tuple[Evidence, ...] = ()
     number: int | None = None
     through: int | None = None  # a gap summarised as one range: number..through
+    occurrence: str | None = None  # an event's stream position (a counter going down)
     detail: str = ""
     revision: Any = None
     detected_at: str = field(default_factory=lambda: now_iso())
@@ -111,6 +115,7 @@ class Finding:
                 self.attribute,
                 self.number,
                 self.through,
+                self.occurrence,
                 _plain(self._state()),
             ]
         )
@@ -150,9 +155,11 @@ class Finding:
             "stored": _plain(self.stored),
             "actual": _plain(self.actual),
             "detected_at": self.detected_at,
-            "evidence": [e.as_json() for e in self.evidence],
+            "evidence": [e.as_json() for e in self.evidence[:MAX_EVIDENCE]],
             "repair": repair.as_json(),
         }
+        if len(self.evidence) > MAX_EVIDENCE:
+            body["evidence_omitted"] = len(self.evidence) - MAX_EVIDENCE
         if self.number is not None:
             body["number"] = self.number
         if self.through is not None:
@@ -174,6 +181,8 @@ class Finding:
         else:
             what = f"stored {_short(self.stored)}, actual {_short(self.actual)}"
         text = f"[tally] {self.kind} on {self.rule} {where}: {what} (repair {repair})"
+        # SNS takes printable ASCII only, and any client can put a line break in a key.
+        text = "".join(c if " " <= c <= "~" else "?" for c in text)
         return text if len(text) <= 100 else text[:97] + "..."
 
     def message_attributes(self) -> dict[str, dict[str, str]]:

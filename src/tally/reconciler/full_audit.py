@@ -1,29 +1,44 @@
 """The full audit: every rule over the whole table, for drift the stream cannot show.
 
 Drift that predates the reconciler, or that outlived the stream's 24-hour retention
-during an outage, never appears in a batch. The audit scans the table in parallel
-segments, tallies children per parent from the scan, and sends every parent whose scanned
-numbers disagree (and every parent of orphaned children) through the same settled
-recount, repair and alert path as the stream. A scan is not a snapshot, so it only picks
-candidates; the settled recount decides. Sequences go through the recheck.
+during an outage, never appears in a batch. Two engines pick candidates: the scan engine
+reads the table in parallel segments (read capacity, for small tables), and the export
+engines run the audit query (``audit_sql``) over a DynamoDB export (no read capacity).
+Neither sees a snapshot of now, so both only pick candidates; every candidate goes
+through the same settled recount, repair and alert path as the stream, and sequences
+through the recheck.
+
+The scan engine keeps one item collection at a time: a parent's children share its
+partition key, and a scan returns a partition's items together. Should a collection come
+back in pieces, every piece without its parent is itself a candidate, so the recount still
+sees the whole collection: a split costs a recount, never a missed drift.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from tally.dynamodb import deserialize
+from tally.reconciler.candidates import Candidate
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.verification import Reconciler
-from tally.rules import CountRule, Key, SequenceRule, SumRule
+from tally.rules import CountRule, IndexMembers, Key, SequenceRule, SumRule
 
 Progress = Callable[[int], None]
+AnyRule = CountRule | SumRule | SequenceRule
+# Parents waiting between the scanning threads and the recount: bounded, like the rest.
+_QUEUE_SIZE = 1000
+# A 1 MB page of small items parses into tens of MB of Python objects, per segment.
+PAGE_ITEMS = 1000
 
 
 @dataclass
@@ -31,9 +46,13 @@ class AuditReport:
     """What the audit checked and found."""
 
     rules: list[str]
+    engine: str = "scan"
     items_scanned: int = 0
+    read_capacity: Decimal = Decimal(0)
+    export: dict[str, Any] | None = None
     parents: Counter[str] = field(default_factory=Counter)
     candidates: int = 0
+    recounted: int = 0
     sequences: int = 0
     findings: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
@@ -42,9 +61,13 @@ class AuditReport:
     def as_json(self) -> dict[str, Any]:
         return {
             "rules": self.rules,
+            "engine": self.engine,
             "items_scanned": self.items_scanned,
+            "read_capacity": float(self.read_capacity),
+            "export": self.export,
             "parents_checked": dict(self.parents),
-            "recounted": self.candidates,
+            "candidates": self.candidates,
+            "recounted": self.recounted,
             "sequences_checked": self.sequences,
             "findings": dict(self.findings),
             "repairs": dict(self.repairs),
@@ -61,6 +84,74 @@ class _Seen:
     truth: Decimal = Decimal(0)
 
 
+def audited_rules(reconciler: Reconciler, rule: str | None = None) -> list[AnyRule]:
+    """All rules, or the one named, that the audit checks (``repair = "off"`` ones never)."""
+    rules = [reconciler.rules[rule]] if rule else list(reconciler.rules)
+    return [r for r in rules if r.repair != "off"]
+
+
+class Audit:
+    """One audit run: the report, and the findings the reconciler made meanwhile."""
+
+    def __init__(
+        self,
+        reconciler: Reconciler,
+        rules: list[AnyRule],
+        engine: str,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.reconciler = reconciler
+        self.report = AuditReport([r.name for r in rules], engine=engine)
+        self._started = time.monotonic()
+        self._before = Counter(reconciler.stats.findings), Counter(reconciler.stats.repairs)
+        self._sleep = sleep
+        self._due: list[Recheck] = []
+
+    def check(self, target: AnyRule, key: Key, defer: bool, horizon: Any = None) -> None:
+        """One candidate through the stream's path: recount, or the sequence recheck.
+
+        ``horizon`` is the sequence counter the engine saw: numbers above it were handed
+        out later. A sequence is judged only up to it, and only once that is a grace period
+        old, so a number handed out meanwhile is never voided under its writer: deferred,
+        through the recheck queue; inline, after one wait for all of them (``finish``).
+        """
+        self.report.candidates += 1
+        reconciler = self.reconciler
+        if isinstance(target, SequenceRule):
+            self.report.sequences += 1
+            if horizon is None:
+                horizon = reconciler.table.read_parent(target, key).counter
+            seen = int(horizon) if isinstance(horizon, int | Decimal) and horizon >= 0 else 0
+            if defer:
+                reconciler.schedule_recheck(target, key, seen, "full audit")
+            else:
+                self._due.append(Recheck(target.name, key, seen, "full audit"))
+            return
+        self.report.recounted += 1
+        reconciler.verify_parent(target, key, None)
+
+    def check_candidates(self, candidates: Iterable[Candidate], defer: bool) -> None:
+        """The audit query's rows, each through the same path as a scanned candidate."""
+        for candidate in candidates:
+            target = self.reconciler.rules[candidate.rule]
+            self.report.parents[target.name] += 1
+            self.check(target, candidate.key, defer, candidate.counter_seen)
+
+    def finish(self) -> AuditReport:
+        """Judge the inline sequences once their horizons are a grace period old; report."""
+        grace = max((_grace(self.reconciler, r) for r in self._due), default=0)
+        if grace > 0:
+            self._sleep(grace)  # every horizon was read by now: one wait ages them all
+        for recheck in self._due:
+            self.reconciler.recheck(recheck)
+        self.reconciler.flush_alerts()
+        stats = self.reconciler.stats
+        self.report.findings = stats.findings - self._before[0]
+        self.report.repairs = stats.repairs - self._before[1]
+        self.report.seconds = time.monotonic() - self._started
+        return self.report
+
+
 def full_audit(
     reconciler: Reconciler,
     *,
@@ -71,77 +162,27 @@ def full_audit(
     progress: Progress | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> AuditReport:
-    """Audit all rules, one rule, or one parent; findings go the stream path's way.
+    """Audit all rules, one rule, or one parent with the scan engine.
 
     A sequence is judged only up to its counter as the audit saw it, and only once that
     is a grace period old, so a number handed out meanwhile is never voided under its
     writer. ``defer_sequences`` sends them to the recheck queue with that horizon;
     otherwise the audit waits out the longest grace period once and checks them inline.
     """
-    started = time.monotonic()
-    rules = [reconciler.rules[rule]] if rule else list(reconciler.rules)
-    rules = [r for r in rules if r.repair != "off"]
-    report = AuditReport([r.name for r in rules])
-    before = Counter(reconciler.stats.findings), Counter(reconciler.stats.repairs)
-    sequences: list[Recheck] = []
+    rules = audited_rules(reconciler, rule)
+    audit = Audit(reconciler, rules, "scan", sleep)
     if parent is not None:
         for target in rules:
-            report.parents[target.name] += 1
-            _check(reconciler, target, dict(parent), sequences, report, None)
-    else:
-        seen = _scan(reconciler, rules, segments, report, progress)
-        for (name, _), (key, state) in seen.items():
-            target = reconciler.rules[name]
-            report.parents[name] += 1
-            if isinstance(target, SequenceRule) or _disagrees(target, state):
-                _check(reconciler, target, key, sequences, report, state.counter)
-    _judge_sequences(reconciler, sequences, defer_sequences, sleep)
-    reconciler.flush_alerts()
-    report.findings = reconciler.stats.findings - before[0]
-    report.repairs = reconciler.stats.repairs - before[1]
-    report.seconds = time.monotonic() - started
-    return report
-
-
-def _check(
-    reconciler: Reconciler,
-    target: CountRule | SumRule | SequenceRule,
-    key: Key,
-    sequences: list[Recheck],
-    report: AuditReport,
-    scanned: Any,
-) -> None:
-    if isinstance(target, SequenceRule):
-        report.sequences += 1
-        # The horizon is the counter as the audit saw it: later numbers are newer.
-        counter = (
-            scanned if scanned is not None else reconciler.table.read_parent(target, key).counter
-        )
-        horizon = int(counter) if isinstance(counter, Decimal) and counter >= 0 else 0
-        sequences.append(Recheck(target.name, key, horizon, "full audit"))
-        return
-    report.candidates += 1
-    reconciler.verify_parent(target, key, None)
-
-
-def _judge_sequences(
-    reconciler: Reconciler,
-    sequences: list[Recheck],
-    defer: bool,
-    sleep: Callable[[float], None],
-) -> None:
-    """Recheck each sequence once its horizon is a grace period old."""
-    if defer:
-        for recheck in sequences:
-            target = reconciler.rules[recheck.rule]
-            reconciler.schedule_recheck(target, recheck.key, recheck.counter_seen, recheck.reason)
-        return
-    # Every horizon was read by now: one wait makes each a grace period old.
-    grace = max((_grace(reconciler, r) for r in sequences), default=0)
-    if grace > 0:
-        sleep(grace)
-    for recheck in sequences:
-        reconciler.recheck(recheck)
+            audit.report.parents[target.name] += 1
+            audit.check(target, dict(parent), defer_sequences)
+        return audit.finish()
+    # Closed on the way out, error or not, so the scanning threads stop with the audit.
+    with closing(_scan(reconciler, rules, segments, audit.report, progress)) as scanned:
+        for target, key, seen in scanned:
+            audit.report.parents[target.name] += 1
+            if isinstance(target, SequenceRule) or _disagrees(target, seen):
+                audit.check(target, key, defer_sequences, seen.counter if seen.exists else None)
+    return audit.finish()
 
 
 def _grace(reconciler: Reconciler, recheck: Recheck) -> int:
@@ -149,78 +190,157 @@ def _grace(reconciler: Reconciler, recheck: Recheck) -> int:
     return target.grace_seconds if isinstance(target, SequenceRule) else 0
 
 
-def _disagrees(rule: CountRule | SumRule | SequenceRule, seen: _Seen) -> bool:
+def _disagrees(rule: AnyRule, seen: _Seen) -> bool:
     if not seen.exists:
         return True  # children without their parent: orphans, if the recount agrees
     counter = seen.counter if seen.counter is not None else Decimal(0)
     return not isinstance(counter, Decimal) or counter != seen.truth
 
 
+# --- the scan ----------------------------------------------------------------------------
+
+_Entry = tuple[AnyRule, Key, _Seen]
+
+
+@dataclass
+class _Done:
+    """A segment's end: what it read, which index sequences it saw members of, or its error."""
+
+    scanned: int = 0
+    capacity: Decimal = Decimal(0)
+    members: frozenset[str] = frozenset()
+    counters: frozenset[str] = frozenset()
+    error: BaseException | None = None
+
+
 def _scan(
     reconciler: Reconciler,
-    rules: list[CountRule | SumRule | SequenceRule],
+    rules: list[AnyRule],
     segments: int,
     report: AuditReport,
     progress: Progress | None,
-) -> dict[tuple[str, str], tuple[Key, _Seen]]:
-    """Parallel scan segments, merged into one view per (rule, parent)."""
+) -> Generator[_Entry, None, None]:
+    """Parallel scan segments; each item collection is judged once it has been read."""
     names = {r.name for r in rules}
+    found: queue.Queue[_Entry | _Done] = queue.Queue(_QUEUE_SIZE)
+    stop = threading.Event()
+    members: set[str] = set()
+    counters: set[str] = set()
     with ThreadPoolExecutor(segments) as pool:
-        parts = list(
-            pool.map(
-                lambda s: _scan_segment(reconciler, names, s, segments, progress), range(segments)
-            )
-        )
-    merged: dict[tuple[str, str], tuple[Key, _Seen]] = {}
-    for scanned, part in parts:
-        report.items_scanned += scanned
-        for id_, (key, seen) in part.items():
-            if id_ not in merged:
-                merged[id_] = (key, seen)
-                continue
-            total = merged[id_][1]
-            total.exists = total.exists or seen.exists
-            total.counter = seen.counter if seen.exists else total.counter
-            total.truth += seen.truth
-    return merged
+        for segment in range(segments):
+            pool.submit(_scan_segment, reconciler, names, segment, segments, found, stop, progress)
+        try:
+            done = 0
+            while done < segments:
+                entry = found.get()
+                if isinstance(entry, _Done):
+                    done += 1
+                    if entry.error is not None:
+                        raise entry.error
+                    report.items_scanned += entry.scanned
+                    report.read_capacity += entry.capacity
+                    members |= entry.members
+                    counters |= entry.counters
+                    continue
+                yield entry
+        finally:
+            stop.set()
+    # Index-layout members live in their own partitions; the counter is judged on its own.
+    for name in sorted(members - counters):
+        target = reconciler.rules[name]
+        yield target, dict(target.parent), _Seen()
 
 
 def _scan_segment(
-    reconciler: Reconciler, names: set[str], segment: int, segments: int, progress: Progress | None
-) -> tuple[int, dict[tuple[str, str], tuple[Key, _Seen]]]:
-    view: dict[tuple[str, str], tuple[Key, _Seen]] = {}
-    scanned = 0
-    for item in _items(reconciler, segment, segments, progress):
-        scanned += 1
-        for match in reconciler.rules.classify(item):
-            target = match.rule
-            if target.name not in names:
-                continue
-            id_ = (target.name, repr(sorted(match.parent_key.items())))
-            seen = view.setdefault(id_, (match.parent_key, _Seen()))[1]
-            if match.role == "parent":
-                seen.exists = True
-                seen.counter = item.get(target.counter)
-            elif isinstance(target, SumRule):
-                amount = item.get(target.summed, Decimal(0))
-                seen.truth += amount if isinstance(amount, Decimal) else Decimal(0)
-            elif isinstance(target, CountRule):
-                seen.truth += 1
-    return scanned, view
+    reconciler: Reconciler,
+    names: set[str],
+    segment: int,
+    segments: int,
+    found: queue.Queue[_Entry | _Done],
+    stop: threading.Event,
+    progress: Progress | None,
+) -> None:
+    done = _Done()
+    members: set[str] = set()
+    counters: set[str] = set()
+    try:
+        pk = reconciler.rules.table.partition_key
+        collection: dict[tuple[str, str], _Entry] = {}
+        current: Any = None
+        for page in _pages(reconciler, segment, segments):
+            if stop.is_set():
+                return
+            done.capacity += Decimal(
+                str((page.get("ConsumedCapacity") or {}).get("CapacityUnits", 0))
+            )
+            if progress:
+                progress(page["ScannedCount"])
+            for raw in page["Items"]:
+                done.scanned += 1
+                item = deserialize(raw)
+                if item.get(pk) != current:
+                    _flush(collection, found, stop)
+                    current = item.get(pk)
+                for match in reconciler.rules.classify(item):
+                    target = match.rule
+                    if target.name not in names:
+                        continue
+                    if isinstance(target, SequenceRule) and isinstance(
+                        target.members, IndexMembers
+                    ):
+                        (counters if match.role == "parent" else members).add(target.name)
+                        if match.role != "parent":
+                            continue
+                    _tally(collection, target, match.role, match.parent_key, item)
+        _flush(collection, found, stop)
+    except BaseException as error:
+        done.error = error
+    finally:
+        done.members, done.counters = frozenset(members), frozenset(counters)
+        _put(found, done, stop)
 
 
-def _items(
-    reconciler: Reconciler, segment: int, segments: int, progress: Progress | None
-) -> Iterator[dict[str, Any]]:
+def _tally(
+    collection: dict[tuple[str, str], _Entry], target: AnyRule, role: str, key: Key, item: Any
+) -> None:
+    id_ = (target.name, repr(sorted(key.items())))
+    seen = collection.setdefault(id_, (target, key, _Seen()))[2]
+    if role == "parent":
+        seen.exists = True
+        seen.counter = item.get(target.counter)
+    elif isinstance(target, SumRule):
+        amount = item.get(target.summed, Decimal(0))
+        seen.truth += amount if isinstance(amount, Decimal) else Decimal(0)
+    elif isinstance(target, CountRule):
+        seen.truth += 1
+
+
+def _flush(
+    collection: dict[tuple[str, str], _Entry],
+    found: queue.Queue[_Entry | _Done],
+    stop: threading.Event,
+) -> None:
+    for entry in collection.values():
+        _put(found, entry, stop)
+    collection.clear()
+
+
+def _put(found: queue.Queue[_Entry | _Done], entry: _Entry | _Done, stop: threading.Event) -> None:
+    """Hand over to the checking thread; give up once it has stopped listening."""
+    while not stop.is_set():
+        try:
+            found.put(entry, timeout=0.1)
+            return
+        except queue.Full:
+            continue
+
+
+def _pages(reconciler: Reconciler, segment: int, segments: int) -> Iterator[dict[str, Any]]:
     paginator = reconciler.table.client.get_paginator("scan")
-    pages = paginator.paginate(
+    yield from paginator.paginate(
         TableName=reconciler.table.name,
         Segment=segment,
         TotalSegments=segments,
+        Limit=PAGE_ITEMS,
         ReturnConsumedCapacity="TOTAL",
     )
-    for page in pages:
-        if progress:
-            progress(page["ScannedCount"])
-        for raw in page["Items"]:
-            yield deserialize(raw)

@@ -28,12 +28,25 @@ def rules() -> RuleSet:
 
 # The outbox retries a failed publish; an SDK retry of a publish whose response was lost
 # would only fan out into copies of the same alert.
-_NO_RETRY = RETRY_CONFIG.merge(Config(retries={"mode": "standard", "max_attempts": 1}))
+# Bounded calls, so the handler's deadline (it stops starting groups 20 s before the
+# timeout) holds: a stalled call fails within about 3 x 18 s instead of botocore's minutes.
+_BOUNDED = RETRY_CONFIG.merge(
+    Config(
+        connect_timeout=3,
+        read_timeout=15,
+        retries={"mode": "standard", "total_max_attempts": 3},
+    )
+)
+_NO_RETRY = _BOUNDED.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
 
 
 @lru_cache(maxsize=1)
 def _clients() -> tuple[Any, Any, Any]:
-    return client("dynamodb"), client("sns", config=_NO_RETRY), client("sqs")
+    return (
+        client("dynamodb", config=_BOUNDED),
+        client("sns", config=_NO_RETRY),
+        client("sqs", config=_BOUNDED),
+    )
 
 
 def reconciler() -> Reconciler:

@@ -27,6 +27,7 @@ from tally.rules import (
     CountRule,
     IndexMembers,
     Key,
+    PartitionMembers,
     RuleSet,
     SequenceRule,
     SumRule,
@@ -34,6 +35,7 @@ from tally.rules import (
 
 AnyRule = CountRule | SumRule | SequenceRule
 _ABSENT = None
+_BATCH_GET = 100  # BatchGetItem's limit of keys per request
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class TallyTable:
         names = Names.of(rule.counter, rule.revision, self._pk)
         response = self.client.get_item(
             TableName=self.name,
-            Key=serialize(key),
+            Key=self._key(key),
             ConsistentRead=True,
             ProjectionExpression=", ".join(
                 names[a] for a in (self._pk, rule.counter, rule.revision) if a
@@ -115,13 +117,18 @@ class TallyTable:
         self.reads.recounts += 1
         assert self._sk is not None
         names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
+        span = rule.children_pattern(self.rules.table)
+        # Children share the parent's partition: a prefix of a string sort key, or (number
+        # sort key) every positive number.
+        condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
+        start = Decimal(0) if span.numeric else span.value
         request: dict[str, Any] = {
             "TableName": self.name,
             "KeyConditionExpression": (
-                f"{names[self._pk]} = :pk AND begins_with({names[self._sk]}, :prefix)"
+                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
             ),
             "ExpressionAttributeValues": serialize(
-                {":pk": parent_key[self._pk], ":prefix": rule.child_prefix(self.rules.table)}
+                {":pk": self._value(parent_key, self._pk), ":start": start}
             ),
             "ConsistentRead": True,
             "ReturnConsumedCapacity": "TOTAL",
@@ -153,6 +160,8 @@ class TallyTable:
         """Members numbered above ``above``, ascending (the GSI is eventually consistent)."""
         if isinstance(rule.members, CollectionMembers):
             return self._collection_members(rule, rule.members, counter_key, above)
+        if isinstance(rule.members, PartitionMembers):
+            return self._partition_members(rule, counter_key, above)
         return self._index_members(rule, rule.members, above)
 
     def _collection_members(
@@ -160,21 +169,20 @@ class TallyTable:
     ) -> list[tuple[int, Key]]:
         assert self._sk is not None
         names = Names.of(self._pk, self._sk)
-        start = members.prefix + str(above + 1).zfill(members.width)
+        values: dict[str, Any] = {":pk": self._value(counter_key, self._pk)}
+        if self.rules.table.numeric(self._sk):
+            condition = f"{names[self._sk]} > :above"
+            values[":above"] = Decimal(above)
+        else:
+            condition = f"{names[self._sk]} BETWEEN :start AND :end"
+            values[":start"] = members.prefix + str(above + 1).zfill(members.width)
+            values[":end"] = members.prefix + "\U0010ffff"
         found = []
         pages = self.client.get_paginator("query").paginate(
             TableName=self.name,
-            KeyConditionExpression=(
-                f"{names[self._pk]} = :pk AND {names[self._sk]} BETWEEN :start AND :end"
-            ),
+            KeyConditionExpression=f"{names[self._pk]} = :pk AND {condition}",
             ExpressionAttributeNames=names.expression_names,
-            ExpressionAttributeValues=serialize(
-                {
-                    ":pk": counter_key[self._pk],
-                    ":start": start,
-                    ":end": members.prefix + "\U0010ffff",
-                }
-            ),
+            ExpressionAttributeValues=serialize(values),
             ProjectionExpression=", ".join(names.mapping.values()),
             ConsistentRead=True,
             ReturnConsumedCapacity="TOTAL",
@@ -182,11 +190,65 @@ class TallyTable:
         for page in pages:
             self.reads.add(page, page["ScannedCount"])
             for raw in page["Items"]:
-                key = deserialize(raw)
+                key = self.rules.key_of(deserialize(raw))
                 number = rule.member_number(key[self._sk])
                 if number is not None and number > above:
                     found.append((number, key))
         return found
+
+    def _partition_members(
+        self, rule: SequenceRule, counter_key: Key, above: int
+    ) -> list[tuple[int, Key]]:
+        """Members above ``above`` by consistent point reads, each in its own partition.
+
+        Numbers up to the counter are read, then on past it for as long as a hundred
+        numbers hold a member: a writer ahead of its counter shows, far strays do not.
+        """
+        counter = self.read_parent(rule, counter_key).counter
+        counted = isinstance(counter, Decimal) and counter.is_finite() and counter > 0
+        through = int(counter) if counted else 0
+        found: list[tuple[int, Key]] = []
+        number, beyond = above + 1, True
+        while number <= through or beyond:
+            numbers = range(number, number + _BATCH_GET)
+            hits = self._get_members(rule, counter_key, numbers)
+            found += hits
+            beyond = any(n > through for n, _ in hits)
+            number += _BATCH_GET
+        return sorted(found)
+
+    def _get_members(
+        self, rule: SequenceRule, counter_key: Key, numbers: range
+    ) -> list[tuple[int, Key]]:
+        table = self.rules.table
+        names = Names.of(*table.names)
+        request = {
+            "Keys": [self._key(rule.member_key(counter_key, n, table)) for n in numbers],
+            "ConsistentRead": True,
+            "ProjectionExpression": ", ".join(names.mapping.values()),
+            "ExpressionAttributeNames": names.expression_names,
+        }
+        found = []
+        for attempt in range(self.backoff.attempts):
+            response = self.client.batch_get_item(
+                RequestItems={self.name: request}, ReturnConsumedCapacity="TOTAL"
+            )
+            items = response["Responses"].get(self.name, [])
+            consumed = response.get("ConsumedCapacity") or [{}]  # one entry: one table
+            self.reads.add({"ConsumedCapacity": consumed[0]}, len(items))
+            for raw in items:
+                key = self.rules.key_of(deserialize(raw))
+                member = rule.member_number(key[table.partition_key])
+                if member is not None:
+                    found.append((member, key))
+            unprocessed = response.get("UnprocessedKeys", {}).get(self.name)
+            if not unprocessed:
+                return found
+            request = unprocessed  # throttled keys come back to be asked again
+            self.backoff.pause(attempt)
+        raise RuntimeError(
+            f"{self.name}: keys still unprocessed after {self.backoff.attempts} tries"
+        )
 
     def _index_members(
         self, rule: SequenceRule, members: IndexMembers, above: int
@@ -246,7 +308,7 @@ class TallyTable:
         item = {
             "Update": {
                 "TableName": self.name,
-                "Key": serialize(key),
+                "Key": self._key(key),
                 "UpdateExpression": update,
                 "ConditionExpression": " AND ".join(f"({f})" for f in fences),
                 "ExpressionAttributeNames": names.expression_names,
@@ -271,7 +333,7 @@ class TallyTable:
         item = {
             "Update": {
                 "TableName": self.name,
-                "Key": serialize(key),
+                "Key": self._key(key),
                 "UpdateExpression": f"SET {names[REPAIR_MARKER]} = :marker ADD " + ", ".join(adds),
                 "ConditionExpression": f"attribute_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.expression_names,
@@ -293,7 +355,7 @@ class TallyTable:
     ) -> bool:
         """A VOID tombstone for a missing number, only where no member exists."""
         item: dict[str, Any] = {"void": True, REPAIR_MARKER: marker}
-        item |= self.void_key(rule, counter_key, number)
+        item |= self.rules.table.typed(self.void_key(rule, counter_key, number))
         if isinstance(rule.members, IndexMembers):
             item |= {
                 rule.members.sequence_attribute: rule.sequence_name,
@@ -323,9 +385,15 @@ class TallyTable:
                 key[name] = value
         return key
 
+    def _key(self, key: Key) -> dict[str, Any]:
+        return serialize(self.rules.table.typed(key))
+
+    def _value(self, key: Key, attribute: str) -> Any:
+        return self.rules.table.typed(key)[attribute]
+
     def void_key(self, rule: SequenceRule, counter_key: Key, number: int) -> Key:
         """The key a VOID tombstone for ``number`` is written at."""
-        if isinstance(rule.members, CollectionMembers):
+        if not isinstance(rule.members, IndexMembers):
             return rule.member_key(counter_key, number, self.rules.table)
         return self._index_void_key(rule, rule.members, number)
 

@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore, Carry
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
@@ -63,7 +65,7 @@ class Deadline:
     """When to stop starting groups: the invocation's time left, and what to keep in hand."""
 
     remaining_seconds: Callable[[], float]
-    reserve_seconds: float = 15.0
+    reserve_seconds: float = 20.0
 
     def near(self) -> bool:
         return self.remaining_seconds() < self.reserve_seconds
@@ -143,7 +145,7 @@ class Reconciler:
         self.stats.records += batch.records
         self.stats.skipped += batch.skipped
         self.stats.malformed += len(batch.malformed)
-        self.settle_claims(batch)
+        self.settle_claims(batch, deadline)
         failed, looked = [], False
         for group in batch.groups.values():
             if group.rule.repair == "off":
@@ -161,7 +163,7 @@ class Reconciler:
                 failed.append(group.first_sequence_number)
                 where = f"{group.rule.name} {group.parent_key}"
                 self.stats.errors.append(f"{where}: {type(error).__name__}: {error}")
-        if looked:
+        if looked and not (deadline is not None and deadline.near()):
             self.flush_alerts()
         return sorted(failed, key=int)
 
@@ -396,7 +398,7 @@ class Reconciler:
         repaired = finding.with_repair(
             Repair("applied", "counter set to the settled recount", finding.stored, finding.actual)
         )
-        work = self.repairing(repaired, key)
+        work = self.repairing(repaired, key, {rule.counter: finding.actual})
         if not self.table.set_counter(
             rule, key, snapshot.parent, finding.actual, work.marker, work.logged
         ):
@@ -405,30 +407,38 @@ class Reconciler:
         self.announce(repaired, work.message)
         return True
 
-    def repairing(self, finding: Finding, target: Key) -> Repairing:
-        """A fresh marker for the write on ``target``, and the audit items that commit with it:
-        the repair log, the marker's record, the finding, the end of its standing, the alert."""
+    def repairing(self, finding: Finding, target: Key, written: dict[str, Any]) -> Repairing:
+        """A fresh marker for the write of ``written`` on ``target``, and the audit items that
+        commit with it: the repair log, the marker's record, the finding, the end of its
+        standing, the alert."""
         marker = f"r:{secrets.token_hex(12)}"
         message = AlertMessage.of(finding, finding.alert_id(marker))
         logged = [
             self.store.repair_put(finding, finding.repair or Repair("applied", "")),
-            self.store.marker_put(marker, target),
+            self.store.marker_put(marker, target, written),
             self.store.finding_put(finding),
             self.store.standing_delete(finding),
             self.store.outbox_put(message),
         ]
         return Repairing(marker, logged, message)
 
-    def settle_claims(self, batch: Batch) -> None:
+    def settle_claims(self, batch: Batch, deadline: Deadline | None = None) -> None:
         """Records with a fresh repair marker: ours only if the audit table logged the marker.
 
         Any client can write the marker attribute, so a forged or replayed one is folded
         like any other write; an unconfirmable claim is folded too (at worst a recount).
         """
         for claim in batch.claims:
+            if deadline is not None and deadline.near():
+                fold_record(batch, claim.record, self.rules, claimed=True)  # a recount at worst
+                continue
+            new_image = claim.record["dynamodb"].get("NewImage") or {}
             try:
-                own = self.store.confirm_marker(claim.marker, claim.keys, claim.sequence_number)
-            except Exception:
+                own = self.store.confirm_marker(
+                    claim.marker, claim.keys, new_image, claim.sequence_number
+                )
+            except ClientError as error:
+                self.stats.errors.append(f"marker {claim.marker}: {error}")
                 own = False
             if own:
                 batch.own_writes += 1
@@ -484,6 +494,7 @@ class Reconciler:
                     actual=evidence.old,
                     evidence=(evidence,),
                     detail=f"the counter went down from {evidence.old} to {evidence.new}",
+                    occurrence=evidence.sequence_number,
                     first_seen=group.first_seen,
                     repair=Repair("skipped", "the recheck raises the counter over its members"),
                 )
@@ -548,7 +559,7 @@ class Reconciler:
         repaired = finding.with_repair(
             Repair("applied", "counter raised to the highest member", finding.stored, highest)
         )
-        work = self.repairing(repaired, key)
+        work = self.repairing(repaired, key, {rule.counter: Decimal(highest)})
         if self.table.set_counter(rule, key, counter, Decimal(highest), work.marker, work.logged):
             self.announce(repaired, work.message)
             return 1
@@ -621,7 +632,8 @@ class Reconciler:
             return "reported"
         assert finding.number is not None
         repaired = finding.with_repair(Repair("applied", "VOID tombstone written", None, "VOID"))
-        work = self.repairing(repaired, self.table.void_key(rule, key, finding.number))
+        target = self.table.void_key(rule, key, finding.number)
+        work = self.repairing(repaired, target, {"void": True})
         if not self.table.put_void(rule, key, finding.number, work.marker, work.logged):
             return "arrived"
         self.announce(repaired, work.message)
@@ -633,14 +645,14 @@ class Reconciler:
         """Alert a finding whose repair wrote nothing, unless it already stands alerted."""
         repair = finding.repair or Repair("skipped", "no repair attempted")
         finding = finding.with_repair(repair)
-        self._count(finding)
         message = AlertMessage.of(finding, finding.alert_id(finding.detected_at))
         items = [
             self.store.standing_put(finding, self.remind_seconds),
             self.store.finding_put(finding),
             self.store.outbox_put(message),
         ]
-        if self.store.enqueue(items):
+        if self.store.enqueue(items):  # not alerted before: a finding of its own
+            self._count(finding)
             self.alerts.send(message)
             self.stats.alerts += 1
 
@@ -653,9 +665,11 @@ class Reconciler:
     def flush_alerts(self) -> None:
         """Send what an earlier failure left in the outbox; a failure here waits for the next."""
         try:
-            self.stats.alerts += self.alerts.flush()
+            sent, errors = self.alerts.flush()
         except Exception as error:
-            self.stats.errors.append(f"outbox flush: {type(error).__name__}: {error}")
+            sent, errors = 0, [f"outbox flush: {type(error).__name__}: {error}"]
+        self.stats.alerts += sent
+        self.stats.errors += errors
 
     def _count(self, finding: Finding) -> None:
         status = finding.repair.status if finding.repair else "skipped"

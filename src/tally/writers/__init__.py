@@ -2,7 +2,9 @@
 
 from tally.writers.errors import (
     CounterBehindError,
+    IdempotencyConflictError,
     InvalidCounterError,
+    InvalidRequestError,
     ParentNotFoundError,
     TransactionFailedError,
 )
@@ -12,7 +14,9 @@ from tally.writers.tallies import TallyWriter, WriteResult
 __all__ = [
     "Allocation",
     "CounterBehindError",
+    "IdempotencyConflictError",
     "InvalidCounterError",
+    "InvalidRequestError",
     "ParentNotFoundError",
     "SequenceAllocator",
     "Strategy",

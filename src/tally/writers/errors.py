@@ -9,7 +9,9 @@ from tally.dynamodb import TransactionFailedError
 
 __all__ = [
     "CounterBehindError",
+    "IdempotencyConflictError",
     "InvalidCounterError",
+    "InvalidRequestError",
     "ParentNotFoundError",
     "TransactionFailedError",
 ]
@@ -42,3 +44,30 @@ class CounterBehindError(RuntimeError):
         )
         self.key = dict(key)
         self.number = number
+
+
+Field = tuple[str | int, ...]
+
+
+class InvalidRequestError(ValueError):
+    """A request a writer refuses before writing anything; ``field`` is the path to the culprit
+    (``("attributes", "tags", 3)``), named as the HTTP API's body names it."""
+
+    def __init__(self, field: Field, message: str):
+        super().__init__(f"field {'.'.join(map(str, field))!r}: {message}")
+        self.field = field
+        self.reason = message
+
+
+class IdempotencyConflictError(RuntimeError):
+    """An idempotency key cannot answer this request.
+
+    ``mismatch``: the key was used for a different request. ``superseded``: the key's request
+    was handled, but what it wrote has since been undone or changed, so replaying its outcome
+    would claim a write that is not there.
+    """
+
+    def __init__(self, key: str, reason: str, message: str):
+        super().__init__(f"idempotency key {key!r}: {message}")
+        self.key = key
+        self.reason = reason

@@ -7,32 +7,33 @@
 - ``sortkey`` (seeds 001, 002): query the highest member, put the next one conditionally,
   retry with +1; the counter follows in the same transaction.
 - ``block``: ``gapless`` for k consecutive numbers and their k members in one transaction.
+
+Every request is checked whole before the first write. A lost response changes nothing:
+transactions carry a fresh token per body, so botocore's resend is a replay; the atomic
+counter update carries the call's own marker (``ALLOCATION_MARKER``), so a resend of an
+increment that committed is recognised instead of counted twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.dynamodb import (
-    Backoff,
-    Cancelled,
-    Names,
-    deserialize,
-    serialize,
-    transact,
-)
-from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet, SequenceRule
+from tally.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
+from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet
+from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError
-from tally.writers.transactions import number_or_none, retrying
+from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.transactions import new_token, number_or_none, retrying
 
-Strategy = Literal["atomic", "gapless", "sortkey", "block"]
-STRATEGIES: tuple[Strategy, ...] = ("atomic", "gapless", "sortkey", "block")
-MAX_BLOCK = 99  # a transaction holds 100 items: the counter plus at most 99 members
+__all__ = ["ALLOCATION_MARKER", "Allocation", "SequenceAllocator", "Strategy"]
+
+# Set on the counter by each atomic increment: the id of the call that made it.
+ALLOCATION_MARKER = "tallyAllocation"
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class Allocation:
     """Numbers handed out and the members written for them.
 
     ``already_present``: the natural-key member existed; ``numbers`` holds its number, and an
-    ``atomic`` allocation burnt ``wasted`` (a gap the reconciler will void).
+    ``atomic`` allocation burnt ``wasted`` (a gap the reconciler will void). ``replayed``: this
+    call wrote nothing; it answers with what an earlier call under its idempotency key got.
     """
 
     numbers: tuple[int, ...]
@@ -48,6 +50,7 @@ class Allocation:
     outcome: Literal["allocated", "already_present"] = "allocated"
     retries: int = 0
     wasted: tuple[int, ...] = field(default=())
+    replayed: bool = False
 
 
 class SequenceAllocator:
@@ -60,6 +63,7 @@ class SequenceAllocator:
         self.table_name = table_name
         self.rules = rules
         self.backoff = backoff or Backoff()
+        self.guards = Guards(client, table_name, rules, self.backoff)
         self._pk = rules.table.partition_key
         self._sk = rules.table.sort_key
 
@@ -71,140 +75,123 @@ class SequenceAllocator:
         count: int = 1,
         attributes: Mapping[str, Any] | None = None,
         member_key: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
     ) -> Allocation:
         """Allocate ``count`` numbers (``block`` only; 1 otherwise) and write their members.
 
-        No derived idempotency token here: two writers racing for the same number send
-        identical transactions, and DynamoDB would answer the loser with the winner's
-        success. botocore's own token still covers its retries of one attempt; a caller's
-        retry is idempotent through a natural ``member_key``.
+        Under an ``idempotency_key`` a repeat of the request answers the numbers the first call
+        got, without allocating again.
         """
-        rule = self.rules.counter_match(counter_key).rule
-        assert isinstance(rule, SequenceRule)
-        key = dict(counter_key)
-        self._check_request(rule, strategy, count, member_key)
-        if member_key is not None:
-            self.rules.validate_key(member_key)
-        request = _Request(rule, key, count, dict(attributes or {}), member_key)
+        request = allocation_request(
+            self.rules, counter_key, strategy, count, attributes or {}, member_key
+        )
+        keyed = self.guards.request(
+            idempotency_key,
+            "allocate",
+            request.counter_key,
+            strategy,
+            count,
+            request.attributes,
+            request.member_key,
+        )
+        if keyed is not None:
+            record = self.guards.read(keyed)
+            if record is not None:
+                return self._replay(keyed, record)
+            request = replace(request, keyed=keyed)
         if strategy == "atomic":
             return self._atomic(request)
         if strategy == "sortkey":
             return self._sortkey(request)
         return self._gapless(request)
 
-    def _check_request(
-        self, rule: SequenceRule, strategy: str, count: int, member_key: Mapping[str, str] | None
-    ) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(f"field 'strategy' must be one of {STRATEGIES}, got {strategy!r}")
-        if strategy == "block":
-            if not 1 <= count <= MAX_BLOCK:
-                raise ValueError(f"field 'count' must be 1..{MAX_BLOCK} for a block, got {count}")
-        elif count != 1:
-            raise ValueError(f"field 'count' must be 1 for the {strategy} strategy, got {count}")
-        if isinstance(rule.members, IndexMembers):
-            if member_key is None:
-                raise ValueError(
-                    f"field 'member_key' is required: rule {rule.name!r} members "
-                    "are keyed by a natural key"
-                )
-            if strategy not in ("atomic", "gapless"):
-                raise ValueError(
-                    f"field 'strategy': {strategy!r} needs members in the counter's collection; "
-                    f"rule {rule.name!r} finds them through {rule.members.index!r}"
-                )
-            if not any(
-                m.role == "member" and m.rule is rule for m in self.rules.classify(member_key)
-            ):
-                raise ValueError(
-                    f"field 'member_key': {dict(member_key)} is not a member of rule {rule.name!r}"
-                )
-        elif member_key is not None:
-            raise ValueError(
-                f"field 'member_key': rule {rule.name!r} derives member keys from the number"
-            )
-
     # --- atomic -------------------------------------------------------------------------
 
-    def _atomic(self, request: _Request) -> Allocation:
+    def _atomic(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
-        names = Names.of(rule.counter, rule.revision)
-        adds = [f"{names[rule.counter]} :count"]
-        values: dict[str, Any] = {":count": Decimal(request.count), ":number": "N"}
+        call = new_token()
+        names = Names.of(rule.counter, rule.revision, ALLOCATION_MARKER)
+        counter, marker = names[rule.counter], names[ALLOCATION_MARKER]
+        adds = [f"{counter} :count"]
+        values: dict[str, Any] = {":count": Decimal(request.count), ":number": "N", ":call": call}
         if rule.revision:
             adds.append(f"{names[rule.revision]} :one")
             values[":one"] = Decimal(1)
         try:
             response = self.client.update_item(
                 TableName=self.table_name,
-                Key=serialize(request.counter_key),
-                UpdateExpression="ADD " + ", ".join(adds),
-                ConditionExpression=f"attribute_not_exists({names[rule.counter]}) OR "
-                f"attribute_type({names[rule.counter]}, :number)",
+                Key=self._key(request.counter_key),
+                UpdateExpression=f"ADD {', '.join(adds)} SET {marker} = :call",
+                ConditionExpression=f"(attribute_not_exists({counter}) OR "
+                f"attribute_type({counter}, :number)) AND "
+                f"(attribute_not_exists({marker}) OR {marker} <> :call)",
                 ExpressionAttributeNames=names.expression_names,
                 ExpressionAttributeValues=serialize(values),
                 ReturnValues="UPDATED_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
+            counted = deserialize(response["Attributes"])
         except ClientError as error:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-            old = deserialize(_item_of(error))
-            raise InvalidCounterError(
-                request.counter_key, rule.counter, old.get(rule.counter)
-            ) from None
-        last = int(deserialize(response["Attributes"])[rule.counter])
-        numbers = tuple(range(last - request.count + 1, last + 1))
-        return self._put_members(request, numbers)
+            counted = deserialize(_item_of(error))
+            if counted.get(ALLOCATION_MARKER) != call:
+                raise InvalidCounterError(
+                    request.counter_key, rule.counter, counted.get(rule.counter)
+                ) from None
+            # Our increment committed and its response was lost: the resend found our marker.
+        last = self._counter_value(request, counted)
+        return self._put_members(request, tuple(range(last - request.count + 1, last + 1)))
 
-    def _put_members(self, request: _Request, numbers: tuple[int, ...]) -> Allocation:
-        """Second step of ``atomic``; a crash before it ends leaves the numbers as gaps."""
+    def _put_members(self, request: AllocationRequest, numbers: tuple[int, ...]) -> Allocation:
+        """Second step of ``atomic``; a crash before it ends leaves the numbers as gaps.
+
+        A one-item transaction rather than a PutItem: its token makes botocore's resend after a
+        lost response a replay, where a conditional put would find its own member.
+        """
+        members = [request.member(self.rules.table, number) for number in numbers]
         names = Names.of(self._pk)
-        keys = []
-        for number in numbers:
-            member = self._member_item(request, number)
-            try:
-                self.client.put_item(
-                    TableName=self.table_name,
-                    Item=serialize(member),
-                    ConditionExpression=f"attribute_not_exists({names[self._pk]})",
-                    ExpressionAttributeNames=names.expression_names,
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as error:
-                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                    raise
-                existing = deserialize(_item_of(error))
-                return self._existing(request, existing, number, wasted=numbers)
-            keys.append(self.rules.key_of(member))
-        return Allocation(numbers, tuple(keys))
+        writes = [self._put_absent(member, names) for member in members]
+        writes += self._guard(request, "allocated", numbers, members)
+        try:
+            transact(self.client, writes, new_token(), self.backoff)
+        except Cancelled as cancelled:
+            if request.keyed and (record := self.guards.taken(cancelled, len(members))):
+                return self._replay(request.keyed, record)
+            index = next(i for i in range(len(members)) if cancelled.failed(i))
+            existing = cancelled.old_item(index) or {}
+            return self._existing(request, existing, numbers[index], wasted=numbers)
+        return Allocation(numbers, tuple(self.rules.key_of(m) for m in members))
 
     # --- gapless and block --------------------------------------------------------------
 
-    def _gapless(self, request: _Request) -> Allocation:
+    def _gapless(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
         current = self._read_counter(request)
         for attempt in retrying(self.backoff):
             numbers = tuple(range(current + 1, current + request.count + 1))
-            members = [self._member_item(request, n) for n in numbers]
+            members = [request.member(self.rules.table, n) for n in numbers]
             names = Names.of(self._pk, rule.counter, rule.revision)
             counter = names[rule.counter]
             fenced = f"{counter} = :old" + (
                 f" OR attribute_not_exists({counter})" if current == 0 else ""
             )
             values = {":old": Decimal(current), ":new": Decimal(numbers[-1])}
-            items = [
+            writes = [
                 self._set_counter(request, names, ":new", fenced, values),
                 *(self._put_absent(member, names) for member in members),
+                *self._guard(request, "allocated", numbers, members),
             ]
             try:
-                transact(self.client, items, None, self.backoff)
+                transact(self.client, writes, new_token(), self.backoff)
             except Cancelled as cancelled:
+                if request.keyed and (record := self.guards.taken(cancelled, len(members) + 1)):
+                    return self._replay(request.keyed, record)
                 if cancelled.failed(0):
                     # Another writer moved the counter: its old image says where it is now.
                     current = self._counter_value(request, cancelled.old_item(0))
                     continue
-                index = next(i for i in range(1, len(items)) if cancelled.failed(i))
+                index = next(i for i in range(1, len(members) + 1) if cancelled.failed(i))
                 return self._collision(
                     request, cancelled.old_item(index) or {}, numbers[index - 1], attempt
                 )
@@ -217,21 +204,24 @@ class SequenceAllocator:
 
     # --- sort key -----------------------------------------------------------------------
 
-    def _sortkey(self, request: _Request) -> Allocation:
+    def _sortkey(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
         number = self._highest_member(request) + 1
         for attempt in retrying(self.backoff):
-            member = self._member_item(request, number)
+            member = request.member(self.rules.table, number)
             names = Names.of(self._pk, rule.counter, rule.revision)
             counter = names[rule.counter]
             below = f"attribute_not_exists({counter}) OR {counter} < :n"
-            items = [
+            writes = [
                 self._put_absent(member, names),
                 self._set_counter(request, names, ":n", below, {":n": Decimal(number)}),
+                *self._guard(request, "allocated", (number,), [member]),
             ]
             try:
-                transact(self.client, items, None, self.backoff)
+                transact(self.client, writes, new_token(), self.backoff)
             except Cancelled as cancelled:
+                if request.keyed and (record := self.guards.taken(cancelled, 2)):
+                    return self._replay(request.keyed, record)
                 if cancelled.failed(0):
                     number += 1  # lost the race for this number: try the next (seed 001)
                 else:
@@ -243,18 +233,22 @@ class SequenceAllocator:
             f"sequence {request.counter_key} stayed contended for {self.backoff.rounds} rounds"
         )
 
-    def _highest_member(self, request: _Request) -> int:
+    def _highest_member(self, request: AllocationRequest) -> int:
         members = request.rule.members
         assert isinstance(members, CollectionMembers) and self._sk is not None
         names = Names.of(self._pk, self._sk)
+        span = request.rule.member_pattern(self.rules.table)[self._sk]
+        # Members of a number sort key are the positive numbers; of a string one, the prefix.
+        condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
+        counter = self.rules.table.typed(request.counter_key)
         response = self.client.query(
             TableName=self.table_name,
             KeyConditionExpression=(
-                f"{names[self._pk]} = :pk AND begins_with({names[self._sk]}, :prefix)"
+                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
             ),
             ExpressionAttributeNames=names.expression_names,
             ExpressionAttributeValues=serialize(
-                {":pk": request.counter_key[self._pk], ":prefix": members.prefix}
+                {":pk": counter[self._pk], ":start": Decimal(0) if span.numeric else span.value}
             ),
             ScanIndexForward=False,
             ConsistentRead=True,
@@ -268,11 +262,15 @@ class SequenceAllocator:
 
     # --- shared -------------------------------------------------------------------------
 
-    def _read_counter(self, request: _Request) -> int:
+    def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The item (or key) serialized, number key attributes as numbers."""
+        return serialize(self.rules.table.typed(item))
+
+    def _read_counter(self, request: AllocationRequest) -> int:
         names = Names.of(request.rule.counter)
         response = self.client.get_item(
             TableName=self.table_name,
-            Key=serialize(request.counter_key),
+            Key=self._key(request.counter_key),
             ConsistentRead=True,
             ProjectionExpression=names[request.rule.counter],
             ExpressionAttributeNames=names.expression_names,
@@ -280,7 +278,7 @@ class SequenceAllocator:
         item = deserialize(response["Item"]) if "Item" in response else None
         return self._counter_value(request, item)
 
-    def _counter_value(self, request: _Request, item: Mapping[str, Any] | None) -> int:
+    def _counter_value(self, request: AllocationRequest, item: Mapping[str, Any] | None) -> int:
         value = number_or_none(item, request.rule.counter, request.counter_key)
         if value is None:
             return 0
@@ -288,23 +286,9 @@ class SequenceAllocator:
             raise InvalidCounterError(request.counter_key, request.rule.counter, value)
         return int(value)
 
-    def _member_item(self, request: _Request, number: int) -> dict[str, Any]:
-        rule, members = request.rule, request.rule.members
-        if isinstance(members, IndexMembers):
-            assert request.member_key is not None
-            extra = {
-                members.number: Decimal(number),
-                members.sequence_attribute: rule.sequence_name,
-            }
-            return {**request.attributes, **extra, **request.member_key}
-        return {
-            **request.attributes,
-            **rule.member_key(request.counter_key, number, self.rules.table),
-        }
-
     def _set_counter(
         self,
-        request: _Request,
+        request: AllocationRequest,
         names: Names,
         value: str,
         condition: str,
@@ -319,7 +303,7 @@ class SequenceAllocator:
         return {
             "Update": {
                 "TableName": self.table_name,
-                "Key": serialize(request.counter_key),
+                "Key": self._key(request.counter_key),
                 "UpdateExpression": update,
                 "ConditionExpression": condition,
                 "ExpressionAttributeNames": names.subset(rule.counter, rule.revision),
@@ -332,15 +316,28 @@ class SequenceAllocator:
         return {
             "Put": {
                 "TableName": self.table_name,
-                "Item": serialize(member),
+                "Item": self._key(member),
                 "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
                 "ExpressionAttributeNames": names.subset(self._pk),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         }
 
+    def _guard(
+        self,
+        request: AllocationRequest,
+        outcome: str,
+        numbers: tuple[int, ...],
+        members: list[dict[str, Any]],
+    ) -> list[dict[str, Any]]:
+        """The idempotency guard's Put for this round's transaction, if the call has a key."""
+        if request.keyed is None:
+            return []
+        keys = [self.rules.key_of(member) for member in members]
+        return [self.guards.put(request.keyed, outcome, numbers, keys)]
+
     def _collision(
-        self, request: _Request, existing: Mapping[str, Any], number: int, attempt: int
+        self, request: AllocationRequest, existing: Mapping[str, Any], number: int, attempt: int
     ) -> Allocation:
         """A member's put failed: a natural key already taken, or a counter behind members."""
         if isinstance(request.rule.members, IndexMembers):
@@ -349,7 +346,7 @@ class SequenceAllocator:
 
     def _existing(
         self,
-        request: _Request,
+        request: AllocationRequest,
         existing: Mapping[str, Any],
         number: int,
         wasted: tuple[int, ...],
@@ -361,16 +358,17 @@ class SequenceAllocator:
         held = existing.get(members.number)
         numbers = (int(held),) if isinstance(held, Decimal) else ()
         key = self.rules.key_of(existing) if existing else dict(request.member_key or {})
+        if request.keyed and (
+            record := self.guards.record(request.keyed, "already_present", numbers, [key])
+        ):
+            return self._replay(request.keyed, record)
         return Allocation(numbers, (key,), "already_present", retries, wasted)
 
-
-@dataclass(frozen=True)
-class _Request:
-    rule: SequenceRule
-    counter_key: Key
-    count: int
-    attributes: dict[str, Any]
-    member_key: Mapping[str, str] | None
+    def _replay(self, keyed: Keyed, record: Record) -> Allocation:
+        """What the key's first call got; numbers are handed out once, so no re-read."""
+        self.guards.answer(keyed, record)
+        outcome = cast(Literal["allocated", "already_present"], record.outcome)
+        return Allocation(record.numbers, record.member_keys, outcome, replayed=True)
 
 
 def _item_of(error: ClientError) -> dict[str, Any]:

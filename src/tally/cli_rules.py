@@ -1,0 +1,112 @@
+"""``tally rules filter|check|suggest``: a rules file turned into the stream filter, checked
+against a live table, or proposed from one (docs/adopting.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.cli import _target, environment, rules_file, rules_option
+from tally.rules import RulesFileError, load_rules
+
+
+def register(commands: Any) -> None:
+    rules = commands.add_parser("rules", help="the stream filter; rules checked or proposed")
+    actions = rules.add_subparsers(dest="action", required=True)
+
+    filter_ = actions.add_parser("filter", help="the stream's FilterCriteria pattern")
+    rules_option(filter_)
+    filter_.set_defaults(run=_filter)
+
+    check = actions.add_parser("check", help="the rules against a live table and a sample")
+    rules_option(check)
+    _target(check)
+    check.add_argument("--sample", type=_positive, default=1000, help="items to scan (1000)")
+    check.add_argument("--json", action="store_true", help="the report as JSON")
+    check.set_defaults(run=_check)
+
+    suggest = actions.add_parser("suggest", help="rules read off a sample, as TOML to review")
+    _target(suggest)
+    suggest.add_argument("--sample", type=_positive, default=200, help="items to scan (200)")
+    suggest.set_defaults(run=_suggest)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 up, got {text!r}")
+    return int(text)
+
+
+def _filter(options: argparse.Namespace) -> int:
+    from tally.stream_filter import filter_json
+
+    with environment(None, rules_file(options)):
+        rules = load_rules()
+    print(filter_json(rules))
+    return 0
+
+
+def _check(options: argparse.Namespace) -> int:
+    from tally.aws import client
+    from tally.rules_check import check
+
+    with environment(options.stack, rules_file(options)):
+        table = _table()
+        if table is None:
+            return 2
+        try:
+            rules = load_rules()
+        except RulesFileError as error:
+            print(f"flag: {error}")
+            return 1
+        try:
+            report = check(rules, client("dynamodb"), table, options.sample)
+        except (BotoCoreError, ClientError) as error:
+            print(f"tally: table {table}: {error}", file=sys.stderr)
+            return 1
+    print(json.dumps(report.as_json()) if options.json else report.text())
+    return 1 if report.flags else 0
+
+
+def _suggest(options: argparse.Namespace) -> int:
+    from tally.aws import client
+    from tally.live_table import describe, sample
+    from tally.rules_suggest import render, suggest
+
+    with environment(options.stack, None):
+        table = _table()
+        if table is None:
+            return 2
+        dynamodb = client("dynamodb")
+        try:
+            shape = describe(dynamodb, table)
+            items = sample(dynamodb, table, options.sample)
+            proposals = suggest(dynamodb, shape, items, options.sample)
+        except (BotoCoreError, ClientError) as error:
+            print(f"tally: table {table}: {error}", file=sys.stderr)
+            return 1
+    if not proposals:
+        print(
+            f"tally: no counter in {len(items)} sampled items of {table} equals a count, sum or "
+            "highest number of its items; sample more (--sample) or write the rules by hand",
+            file=sys.stderr,
+        )
+        return 1
+    print(render(table, len(items), shape.keys, proposals), end="")
+    return 0
+
+
+def _table() -> str | None:
+    table = os.environ.get("TABLE_NAME")
+    if not table:
+        print(
+            "tally: no table: start the local stack (`tally local up`), pass --stack NAME, "
+            "or set TABLE_NAME",
+            file=sys.stderr,
+        )
+    return table or None

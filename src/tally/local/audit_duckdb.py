@@ -1,0 +1,89 @@
+"""The export engine on a laptop: the audit query run by DuckDB over an export's files.
+
+DuckDB reads the gzipped DynamoDB JSON lines itself, keeps to a memory limit and spills
+to a temporary directory beyond it, so the audit never holds the table in this process.
+The candidates it returns take the same path as the scan engine's.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+from tally.local.exports import Export, export_files
+from tally.reconciler.audit_sql import DUCKDB, AuditQuery
+from tally.reconciler.candidates import Candidate, parse_candidate
+from tally.reconciler.full_audit import Audit, AuditReport, audited_rules
+from tally.reconciler.verification import Reconciler
+from tally.rules import RuleSet
+
+MEMORY_LIMIT = "1GB"
+_BATCH = 1000
+
+
+class DuckDBMissing(RuntimeError):
+    """DuckDB is an optional dependency of the command line, never of the Lambda functions."""
+
+
+def duckdb_audit(
+    reconciler: Reconciler,
+    export: Export,
+    *,
+    rule: str | None = None,
+    defer_sequences: bool = False,
+    memory_limit: str = MEMORY_LIMIT,
+) -> AuditReport:
+    """Audit ``export`` with DuckDB; candidates go through the reconciler as the scan's do."""
+    rules = audited_rules(reconciler, rule)
+    audit = Audit(reconciler, rules, "duckdb")
+    audit.report.export = {
+        "id": export.export_id,
+        "export_time": export.export_time,
+        "items": export.item_count,
+    }
+    query = AuditQuery(rules, reconciler.rules.table, DUCKDB)
+    audit.check_candidates(
+        candidates(query, export, reconciler.rules, memory_limit), defer_sequences
+    )
+    return audit.finish()
+
+
+def candidates(
+    query: AuditQuery, export: Export, rules: RuleSet, memory_limit: str = MEMORY_LIMIT
+) -> Iterator[Candidate]:
+    """The audit query's rows over ``export``, as they come (never all at once)."""
+    files = export_files(export)
+    if not files:
+        return
+    duckdb = _duckdb()
+    source = (
+        f"read_json([{', '.join(_literal(f) for f in files)}], format='newline_delimited', "
+        f"compression='gzip', columns={{'Item': {_literal(query.item_type())}}})"
+    )
+    with tempfile.TemporaryDirectory(prefix="tally-duckdb-") as spill:
+        config = {
+            "memory_limit": memory_limit,
+            "temp_directory": spill,
+            "preserve_insertion_order": False,
+        }
+        with duckdb.connect(config=config) as connection:
+            cursor = connection.execute(query.sql(source))
+            columns = [d[0] for d in cursor.description]
+            while rows := cursor.fetchmany(_BATCH):
+                for row in rows:
+                    yield parse_candidate(dict(zip(columns, row, strict=True)), rules)
+
+
+def _duckdb() -> Any:
+    try:
+        import duckdb
+    except ImportError:
+        raise DuckDBMissing(
+            "the duckdb engine needs DuckDB: pip install 'tally-reconciler[local]'"
+        ) from None
+    return duckdb
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

@@ -1,0 +1,182 @@
+"""Rules file validation beyond field types: what needs the table's key schema, and conflicts.
+
+Every problem names the rule and the field, so one error message tells the author what to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from tally.rules import (
+    AnyRule,
+    CollectionMembers,
+    CountRule,
+    IndexMembers,
+    KeyPattern,
+    PartitionMembers,
+    RuleSet,
+    SumRule,
+    TableKeys,
+)
+
+
+def _overlap(a: KeyPattern, b: KeyPattern) -> bool:
+    """True when some key matches both (an attribute one side leaves open matches anything)."""
+    return all(a[name].overlaps(b[name]) for name in a.keys() & b.keys())
+
+
+def describe(error: ValidationError, raw: Mapping[str, Any], source: str) -> str:
+    lines = []
+    raw_rules: list[Any] = raw["rules"] if isinstance(raw.get("rules"), list) else []
+    for detail in error.errors():
+        loc = list(detail["loc"])
+        where = ".".join(str(part) for part in loc)
+        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+            index = loc[1]
+            entry = raw_rules[index] if index < len(raw_rules) else {}
+            name = entry.get("name", f"#{index + 1}") if isinstance(entry, dict) else index
+            # Drop the discriminator tag pydantic inserts (e.g. 'count', 'collection').
+            fields = [str(part) for part in loc[2:] if not _is_tag(part, entry)]
+            where = f"rule {name!r} field {'.'.join(fields) or '(rule)'!r}"
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        lines.append(f"{where}: {message}")
+    return f"rules file {source}:\n  " + "\n  ".join(lines)
+
+
+def _is_tag(part: object, entry: object) -> bool:
+    tags = {"count", "sum", "sequence", "collection", "partition", "index"}
+    return isinstance(part, str) and part in tags and isinstance(entry, dict)
+
+
+# --- structure: what pydantic cannot know without the table's key schema ----------------
+
+
+def structural_problems(rule_set: RuleSet) -> Iterator[str]:
+    keys = rule_set.table
+    broken = False
+    for rule in rule_set:
+        problems = list(_rule_problems(rule, keys))
+        broken = broken or bool(problems)
+        yield from (f"rule {rule.name!r} {problem}" for problem in problems)
+    if not broken:  # otherwise the patterns are meaningless and overlaps would only add noise
+        yield from _claim_conflicts(rule_set)
+
+
+def _rule_problems(rule: AnyRule, keys: TableKeys) -> Iterator[str]:
+    for field, raw in _pattern_fields(rule):
+        if unknown := sorted(set(raw) - set(keys.names)):
+            yield f"field {field!r}: {unknown} are not key attributes {list(keys.names)}"
+            return
+        for name, text in raw.items():
+            try:
+                keys.pattern(name, text)
+            except ValueError as error:
+                yield f"field {field!r}: {name} {error}"
+                return
+    parent = keys.patterns(rule.parent)
+    exact_parent = not any(p.is_prefix for p in parent.values())
+    if set(rule.parent) != set(keys.names):
+        yield f"field 'parent': needs exactly the key attributes {list(keys.names)}"
+        return
+    if keys.sort_key is not None and parent[keys.sort_key].is_prefix:
+        yield "field 'parent': the sort key must be exact (one parent per partition)"
+    if isinstance(rule, CountRule | SumRule):
+        yield from _children_problems(rule, keys)
+        return
+    members = rule.members
+    if isinstance(members, IndexMembers):
+        if not exact_parent:
+            yield "field 'parent': an index-layout sequence has one exact counter key"
+        return
+    if isinstance(members, CollectionMembers):
+        if keys.sort_key is None:
+            yield "field 'members.layout': 'collection' needs a table sort key; see 'partition'"
+        elif set(members.key) != {keys.sort_key}:
+            yield f"field 'members': a collection numbers the sort key: {keys.sort_key} = ..."
+        else:
+            yield from _numbered_problems(members, keys.sort_key, keys)
+        return
+    if not exact_parent:
+        yield "field 'parent': a partition-layout sequence has one exact counter key"
+    if set(members.key) != set(keys.names):
+        yield f"field 'members': a partition layout names the key attributes {list(keys.names)}"
+        return
+    yield from _numbered_problems(members, keys.partition_key, keys)
+    if (
+        keys.sort_key is not None
+        and keys.pattern(keys.sort_key, members.key[keys.sort_key]).is_prefix
+    ):
+        yield f"field 'members.{keys.sort_key}': the sort key must be exact"
+
+
+def _children_problems(rule: CountRule | SumRule, keys: TableKeys) -> Iterator[str]:
+    if keys.sort_key is None:
+        yield (
+            f"field 'kind': a {rule.kind} rule needs a table sort key "
+            "(children share their parent's partition)"
+        )
+    elif set(rule.children) != {keys.sort_key}:
+        yield f"field 'children': needs exactly the sort key {keys.sort_key!r}"
+    elif not rule.children_pattern(keys).is_prefix:
+        what = "'*'" if keys.numeric(keys.sort_key) else "a prefix ending in '*'"
+        yield f"field 'children': the sort key must be {what}"
+
+
+def _numbered_problems(
+    members: CollectionMembers | PartitionMembers, attribute: str, keys: TableKeys
+) -> Iterator[str]:
+    text = members.key[attribute]
+    if not keys.pattern(attribute, text).is_prefix:
+        what = "'*' (the number itself)" if keys.numeric(attribute) else "a prefix ending in '*'"
+        yield f"field 'members.{attribute}': {text!r} must be {what} (the number follows it)"
+
+
+def _pattern_fields(rule: AnyRule) -> Iterator[tuple[str, Mapping[str, str]]]:
+    yield "parent", rule.parent
+    if isinstance(rule, CountRule | SumRule):
+        yield "children", rule.children
+    else:
+        yield "members", rule.members.key
+
+
+def _claims(rule: AnyRule, keys: TableKeys) -> list[tuple[str, KeyPattern]]:
+    """The (field, key pattern) pairs of items this rule counts as children or members."""
+    if isinstance(rule, CountRule | SumRule):
+        return [("children", rule.child_pattern(keys))]
+    return [("members", rule.member_pattern(keys))]
+
+
+_ROLE = {"children": "child", "members": "member"}
+
+
+def _claim_conflicts(rule_set: RuleSet) -> Iterator[str]:
+    keys = rule_set.table
+    rules = list(rule_set)
+    for i, rule in enumerate(rules):
+        for field, pattern in _claims(rule, keys):
+            for other in rules:
+                if _overlap(pattern, other.parent_pattern(keys)):
+                    yield (
+                        f"rule {rule.name!r} field {field!r}: matches the parent of rule "
+                        f"{other.name!r}, so an item would be both parent and {_ROLE[field]}"
+                    )
+            for other in rules[i + 1 :]:
+                for other_field, other_pattern in _claims(other, keys):
+                    if _overlap(pattern, other_pattern):
+                        yield (
+                            f"rule {other.name!r} field {other_field!r}: claims items that rule "
+                            f"{rule.name!r} field {field!r} already claims"
+                        )
+        for other in rules[i + 1 :]:
+            # A shared revision is fine (it fences both counters); a shared counter is not.
+            same_counter = other.counter in (rule.counter, rule.revision) or (
+                rule.counter == other.revision
+            )
+            if same_counter and _overlap(rule.parent_pattern(keys), other.parent_pattern(keys)):
+                yield (
+                    f"rule {other.name!r} field 'counter': parent items and attribute "
+                    f"{other.counter!r} are already claimed by rule {rule.name!r}"
+                )

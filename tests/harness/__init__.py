@@ -1,0 +1,1 @@
+"""Test harnesses shared by several test files: fault injection, HTTP events, fuzz bodies."""

@@ -1,0 +1,122 @@
+"""The CLI's rules file: --rules, else RULES_FILE, else the local stack's, else the bundled one;
+`tally rules filter`, and mistakes as a message and exit code 2."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tally import cli
+from tally.local.stack import LocalStack
+from tally.rules import DEFAULT_RULES_FILE, load_rules
+from tally.stream_filter import filter_json
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
+ORDERS = EXAMPLES / "orders" / "rules.toml"
+SOCIAL = EXAMPLES / "social" / "rules.toml"
+
+
+@pytest.fixture(autouse=True)
+def no_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(cli, "STATE_DIR", tmp_path)
+    monkeypatch.delenv("RULES_FILE", raising=False)
+    monkeypatch.delenv("TABLE_NAME", raising=False)
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_rules_filter_prints_the_filter_of_the_named_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run(capsys, "rules", "filter", "--rules", str(ORDERS))
+    assert code == 0 and out.strip() == filter_json(load_rules(ORDERS))
+    assert json.loads(out)["dynamodb"]["Keys"]["pk"]["S"][0] == "orderCounter"
+
+
+def test_rules_file_variable_is_honoured_and_the_flag_beats_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RULES_FILE", str(SOCIAL))
+    assert run(capsys, "rules", "filter")[1].strip() == filter_json(load_rules(SOCIAL))
+    assert run(capsys, "rules", "filter", "--rules", str(ORDERS))[1].strip() == filter_json(
+        load_rules(ORDERS)
+    )
+
+
+def test_without_either_the_local_stacks_rules_then_the_bundled_ones(
+    no_stack: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cli.environment(None, None):
+        assert os.environ["RULES_FILE"] == str(DEFAULT_RULES_FILE)
+    recorded = LocalStack(
+        started_at="now",
+        dynamodb_endpoint="http://127.0.0.1:1",
+        dynamodb_pid=None,
+        dynamodb_port=None,
+        moto_endpoint="http://127.0.0.1:2",
+        moto_pid=1,
+        moto_port=2,
+        table_name="t",
+        table_stream_arn="arn",
+        audit_table_name="a",
+        alert_topic_arn="arn",
+        alert_inbox_url="u",
+        alert_subscription_arn="arn",
+        recheck_queue_url="u",
+        recheck_dead_letter_queue_url="u",
+        stream_failure_queue_url="u",
+        state_dir=no_stack,
+        rules_file=str(SOCIAL),
+    )
+    recorded.save()
+    with cli.environment(None, None):
+        assert os.environ["RULES_FILE"] == str(SOCIAL)
+    with cli.environment(None, ORDERS):
+        assert os.environ["RULES_FILE"] == str(ORDERS)
+    assert "RULES_FILE" not in os.environ
+
+
+def test_a_broken_rules_file_is_a_message_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "rules.toml"
+    broken.write_text(SOCIAL.read_text().replace('counter = "likeTally"', 'countr = "x"'))
+    code, out, err = run(capsys, "rules", "filter", "--rules", str(broken))
+    assert code == 2 and out == ""
+    assert "'likes'" in err and "'countr'" in err and "Traceback" not in err
+
+
+def test_rules_check_without_a_table_says_how_to_name_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(capsys, "rules", "check", "--rules", str(SOCIAL))
+    assert code == 2 and "tally local up" in err and "TABLE_NAME" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["local", "up", "--table-id", "SocialTable"],
+        ["local", "env", "--template", str(EXAMPLES / "social" / "template.yaml")],
+    ],
+)
+def test_table_options_in_the_wrong_place_are_usage_errors(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, *args)
+    assert code == 2 and "--table-id" in err and "--template" in err
+
+
+def test_a_sample_size_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["rules", "suggest", "--sample", "0"])
+    assert exit_.value.code == 2
+    assert "--sample" in capsys.readouterr().err

@@ -1,0 +1,142 @@
+"""`tally rules check`: the rules against a table's schema and a sample of its items (moto)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tally.dynamodb import serialize
+from tally.local.template import create_table_from
+from tally.rules import RuleSet, parse_rules
+from tally.rules_check import check
+
+LIKES = {
+    "name": "likes",
+    "kind": "count",
+    "parent": {"PK": "POST#*", "SK": "META"},
+    "children": {"SK": "LIKE#*"},
+    "counter": "likeTally",
+}
+ISSUES = {
+    "name": "issues",
+    "kind": "sequence",
+    "parent": {"PK": "PROJECT#*", "SK": "COUNTER"},
+    "counter": "lastIssue",
+    "members": {"layout": "collection", "SK": "ISSUE#*", "width": 4},
+}
+RULES = parse_rules({"rules": [LIKES, ISSUES]})
+
+
+def table(
+    ddb: Any, name: str, keys: dict[str, str], stream: str | None = "NEW_AND_OLD_IMAGES"
+) -> None:
+    kwargs: dict[str, Any] = {
+        "TableName": name,
+        "AttributeDefinitions": [{"AttributeName": n, "AttributeType": t} for n, t in keys.items()],
+        "KeySchema": [
+            {"AttributeName": n, "KeyType": kind}
+            for n, kind in zip(keys, ("HASH", "RANGE"), strict=False)
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+    }
+    if stream:
+        kwargs["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream}
+    create_table_from(ddb, kwargs, None)
+
+
+@pytest.fixture
+def ddb() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb")
+        table(client, "social", {"PK": "S", "SK": "S"})
+        yield client
+
+
+def put(ddb: Any, **item: Any) -> None:
+    ddb.put_item(TableName="social", Item=serialize(item))
+
+
+def run(ddb: Any, rules: RuleSet = RULES, table: str = "social", limit: int = 100) -> Any:
+    return check(rules, ddb, table, limit)
+
+
+def test_a_clean_table_is_counted_per_rule_and_role(ddb: Any) -> None:
+    put(ddb, PK="POST#1", SK="META", likeTally=2)
+    put(ddb, PK="POST#1", SK="LIKE#a")
+    put(ddb, PK="POST#1", SK="LIKE#b")
+    put(ddb, PK="PROJECT#x", SK="COUNTER", lastIssue=1)
+    put(ddb, PK="PROJECT#x", SK="ISSUE#0001")
+    put(ddb, PK="USER#1", SK="PROFILE")
+    report = run(ddb)
+    assert report.flags == []
+    assert report.as_json()["rules"] == {
+        "likes": {"parents": 1, "children_or_members": 2},
+        "issues": {"parents": 1, "children_or_members": 1},
+    }
+    assert report.sampled == 6 and report.unrelated == 1
+
+
+def test_parents_without_a_counter_or_with_a_non_number_are_flagged(ddb: Any) -> None:
+    put(ddb, PK="POST#1", SK="META")
+    put(ddb, PK="POST#2", SK="META", likeTally="7")
+    put(ddb, PK="POST#3", SK="META", likeTally=Decimal("1.5"))
+    flags = run(ddb).flags
+    assert any("POST#1" in f and "no counter" in f for f in flags)
+    assert any("POST#2" in f and "'7'" in f for f in flags)
+    assert any("POST#3" in f and "1.5" in f for f in flags)
+    assert len(flags) == 3
+
+
+def test_items_beside_counted_items_that_no_rule_counts_are_flagged(ddb: Any) -> None:
+    put(ddb, PK="POST#1", SK="META", likeTally=1)
+    put(ddb, PK="POST#1", SK="LIKE#a")
+    for n in range(3):
+        put(ddb, PK="POST#1", SK=f"COMMENT#{n}")
+    [flag] = run(ddb).flags
+    assert "3 items COMMENT#*" in flag and "'likes'" in flag
+
+
+def test_members_at_another_width_are_flagged(ddb: Any) -> None:
+    put(ddb, PK="PROJECT#x", SK="COUNTER", lastIssue=2)
+    put(ddb, PK="PROJECT#x", SK="ISSUE#0001")
+    put(ddb, PK="PROJECT#x", SK="ISSUE#2")
+    [flag] = run(ddb).flags
+    assert "ISSUE#2" in flag and "width" in flag
+
+
+def test_key_names_the_table_does_not_have_stop_the_check(ddb: Any) -> None:
+    table(ddb, "orders", {"pk": "S"})
+    report = run(ddb, table="orders")
+    assert report.sampled == 0
+    assert any("'PK' (S)" in f and "'pk' (S)" in f for f in report.flags)
+
+
+def test_a_table_without_a_stream_or_an_index_is_flagged(ddb: Any) -> None:
+    table(ddb, "quiet", {"PK": "S", "SK": "S"}, stream=None)
+    users = {
+        "name": "users",
+        "kind": "sequence",
+        "parent": {"PK": "UserMetadata", "SK": "META"},
+        "counter": "LastID",
+        "members": {
+            "layout": "index",
+            "key": {"PK": "User#*"},
+            "index": "SequenceIndex",
+            "sequence_attribute": "seqName",
+            "number": "NumIdentifier",
+        },
+    }
+    flags = run(ddb, parse_rules({"rules": [LIKES, users]}), table="quiet").flags
+    assert any("no stream" in f for f in flags)
+    assert any("'SequenceIndex'" in f for f in flags)
+
+
+def test_the_sample_is_limited(ddb: Any) -> None:
+    for n in range(30):
+        put(ddb, PK=f"POST#{n}", SK="META", likeTally=0)
+    assert run(ddb, limit=7).sampled == 7
