@@ -81,6 +81,27 @@ def test_a_split_transaction_redelivered_and_bisected_reads_no_child(
     assert stack.audit.carry("likes", POST).remainder == 0
 
 
+def test_balanced_batches_split_mid_transaction_still_fold_the_open_remainder(
+    stack: Stack, hot: list[str]
+) -> None:
+    """Steady traffic: every batch begins with the other half of the previous one's last
+    like, so each is balanced; a warm handler folds it anyway, giving the remainder that
+    follows a window of its own instead of leaving the first one open until it is recounted."""
+    for n in range(3):
+        like(stack, n)
+    records = stack.records()
+    stack.deliver(records[:1])
+    opened = stack.audit.carry("likes", POST)
+    stack.deliver(records[1:3])
+    carry = stack.audit.carry("likes", POST)
+    assert carry.remainder == opened.remainder != 0 and carry.since > opened.since
+    for batch in (records[3:5], records[5:]):
+        stack.deliver(batch)
+    wait_rechecks(stack)
+    assert hot == [] and stack.alerts() == []
+    assert stack.audit.carry("likes", POST).remainder == 0
+
+
 def test_a_remainder_nothing_cancels_is_recounted_after_the_window(
     stack: Stack, hot: list[str]
 ) -> None:

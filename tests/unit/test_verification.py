@@ -194,6 +194,36 @@ def test_a_split_transaction_on_a_hot_parent_is_carried_not_recounted(rig: Rig) 
     assert checker.table.reads.recounts == 0
 
 
+def test_steady_traffic_split_at_every_boundary_is_never_recounted(rig: Rig) -> None:
+    """Each batch ends mid-transaction and is balanced (it begins with the other half of the
+    previous one's last): an open remainder is still folded, so it is cancelled in time."""
+    rig.likes("POST#a91f", count=HOT, tally=HOT)
+    records = hot_likes(0, 3)
+    checker = rig.reconciler()
+    checker.verify_batch(records[:1])
+    [opened] = rig.rechecks()
+    checker.verify_batch(records[1:3])  # balanced, and still the remainder's cancellation
+    carry = rig.store.carry("likes", POST)
+    assert carry.remainder == -1 and carry.since != opened["carry_since"]
+    checker.recheck(parse_recheck(json.dumps(opened)))  # its window passed: nothing to do
+    for batch in (records[3:5], records[5:]):
+        checker.verify_batch(batch)
+    rig.run_rechecks(checker)
+    assert checker.table.reads.recounts == 0 and checker.log == []
+    assert rig.store.carry("likes", POST).remainder == 0
+
+
+def test_a_balanced_batch_with_no_open_carry_reads_nothing(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=HOT, tally=HOT)
+    records = hot_likes(0, 2)
+    checker = rig.reconciler()
+    for batch in (records[:1], records[1:3], records[3:]):  # the carry closes with the last
+        checker.verify_batch(batch)
+    units = checker.store.carry_units
+    checker.verify_batch(hot_likes(2, 1))
+    assert checker.store.carry_units == units and checker.table.reads.items == 1
+
+
 def test_redelivered_and_bisected_batches_never_add_a_record_twice(rig: Rig) -> None:
     rig.likes("POST#a91f", count=0, tally=HOT)
     records = hot_likes(0, 4)

@@ -2,8 +2,8 @@
 
 1. Fast path: a group whose counter deltas equal its child deltas proves itself; no read.
    Carry: a hot parent's remainder waits in the audit table for the batch that cancels it
-   (a transaction split by the batch boundary); one that persists past the window is
-   recounted. Small parents are recounted at once.
+   (a transaction split by the batch boundary), balanced or not; one that persists past the
+   window is recounted. Small parents are recounted at once.
 2. Settled recount: read the parent, count or sum the children, read the parent again;
    an unchanged revision makes the count a snapshot. Retry, then defer to a recheck.
 3. Repair: SET the counter to the truth, fenced on the verified counter and revision, in
@@ -47,6 +47,10 @@ MAX_VOIDS_PER_GAP = 100
 # recount (about 3 RCU) costs less than the carry's read, write (1 WCU, priced as 5 RCU) and
 # later recheck, and leaves no state behind.
 SMALL_PARENT = 100
+# Open carries this process knows of, kept across warm invocations (a hint: one forgotten
+# costs a recount after its window, never a finding). Past this many, the hint starts over.
+MAX_OPEN_CARRIES = 10_000
+CarryId = tuple[str, tuple[tuple[str, str], ...]]
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ class Reconciler:
         settle: Settle | None = None,
         remind_seconds: int = 0,
         carry_seconds: int = 5,
+        open_carries: set[CarryId] | None = None,
     ):
         self.rules = rules
         self.table = table
@@ -136,6 +141,7 @@ class Reconciler:
         self.settle = settle or Settle()
         self.remind_seconds = remind_seconds
         self.carry_seconds = carry_seconds
+        self.open_carries = open_carries if open_carries is not None else set()
         self.stats = Stats()
         self.log: list[Finding] = []
 
@@ -172,8 +178,9 @@ class Reconciler:
         rule = group.rule
         if isinstance(rule, CountRule | SumRule):
             self.apply_ttl_expiries(rule, group)
-        # Step 1: a balanced batch proves that nothing new drifted: zero reads.
-        if group.balanced:
+        # Step 1: a balanced batch proves that nothing new drifted: zero reads. One that may
+        # hold the other half of an open remainder (its first records) is folded into it.
+        if group.balanced and not (group.carriable and self._open(rule, group.parent_key)):
             self.stats.balanced += 1
             self.stats.checked += 1
             self.stats.consistent += 1
@@ -241,6 +248,7 @@ class Reconciler:
             self.schedule_recheck(rule, key, 0, "carried remainder", carry.since)
         if not self.store.put_carry(rule.name, key, previous, carry):
             return False
+        self._note_carry(rule, key, carry)
         if remainder:
             self.stats.carried += 1
         else:
@@ -271,6 +279,18 @@ class Reconciler:
                 return True
         self.schedule_recheck(rule, key, 0, "the carry kept moving", since)
         return True
+
+    def _open(self, rule: TallyRule | SequenceRule, key: Key) -> bool:
+        return (rule.name, tuple(sorted(key.items()))) in self.open_carries
+
+    def _note_carry(self, rule: TallyRule, key: Key, carry: Carry) -> None:
+        name = (rule.name, tuple(sorted(key.items())))
+        if not carry.remainder:
+            self.open_carries.discard(name)
+            return
+        if len(self.open_carries) >= MAX_OPEN_CARRIES:
+            self.open_carries.clear()
+        self.open_carries.add(name)
 
     # --- step 2: settled recount ---------------------------------------------------------
 
