@@ -214,9 +214,16 @@ def test_social_likes_adopted_checked_suggested_and_a_drift_caught(
     assert alert["actual"] == alert["stored"] + 1
     assert alert["repair"]["status"] == "skipped"  # repair = "alert": nothing written
 
-    # The audit reads the stack's rules (the example's would call this table clean).
+    # The audit reads the stack's rules (the example's would call this table clean). The
+    # drift already alerted stands and is not reported again; a second import is new.
+    social.dynamodb.put_item(
+        TableName=social.table,
+        Item={"PK": {"S": "POST#0004"}, "SK": {"S": "LIKE#USER#import"}},
+    )
     code, out = social.tally("audit", "--json")
-    assert code == 0 and json.loads(out)["findings"] == {"drift": 1}
+    report = json.loads(out)
+    assert code == 0 and report["findings"] == {"drift": 1}
+    assert [f["key"] for f in report["findings_detail"]] == [{"PK": "POST#0004", "SK": "META"}]
 
 
 # --- seed 001: orders keyed by a partition key alone ------------------------------------------
