@@ -165,6 +165,7 @@ class Reconciler:
             try:
                 looked = self.verify_group(group) or looked
             except Exception as error:
+                looked = True  # the alert of a repair that committed may wait in the outbox
                 # Throttling or an outage mid-check: retry this group's records, only them.
                 failed.append(group.first_sequence_number)
                 where = f"{group.rule.name} {group.parent_key}"
