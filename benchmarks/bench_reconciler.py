@@ -179,22 +179,24 @@ class Stack:
     sqs: Any
     table: str
     topic_arn: str
-    queue_url: str
     rules: RuleSet
     exits: contextlib.ExitStack
 
     def reconciler(self) -> Reconciler:
-        """Carry window 1 s, on an audit table of its own: no row sees another's carries."""
-        audit = f"tally-bench-audit-{uuid.uuid4().hex[:10]}"
+        """Carry window 1 s, on an audit table and a recheck queue of its own: no row sees
+        another's carries or rechecks."""
+        suffix = uuid.uuid4().hex[:10]
+        audit = f"tally-bench-audit-{suffix}"
         create_table(self.dynamodb, load_template(TEMPLATE_PATH), "AuditTable", audit)
         self.exits.callback(self.dynamodb.delete_table, TableName=audit)
+        queue_url = self.sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
         store = AuditStore(self.dynamodb, audit)
         return Reconciler(
             self.rules,
             TallyTable(self.dynamodb, self.table, self.rules),
             store,
             AlertPublisher(self.sns, self.topic_arn, store),
-            RecheckQueue(self.sqs, self.queue_url),
+            RecheckQueue(self.sqs, queue_url),
             RepairPolicy(),
             carry_seconds=CARRY_SECONDS,
         )
@@ -219,9 +221,8 @@ def stack(external: str | None, moto: str, rules: RuleSet) -> Iterator[Stack]:
         aws = local_client_kwargs(moto)
         sns, sqs = boto3.client("sns", **aws), boto3.client("sqs", **aws)
         topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
-        queue_url = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
         streams = boto3.client("dynamodbstreams", **local)
-        yield Stack(dynamodb, streams, sns, sqs, table, topic_arn, queue_url, rules, exits)
+        yield Stack(dynamodb, streams, sns, sqs, table, topic_arn, rules, exits)
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -331,25 +332,21 @@ def child_records(rules: RuleSet, batch: Sequence[Mapping[str, Any]]) -> int:
     return count
 
 
-def run_rechecks(stack: Stack, reconciler: Reconciler) -> int:
-    """Deliver every recheck the row scheduled once its delay runs out, as the handler would."""
-    done = 0
-    while True:
+def run_rechecks(stack: Stack, reconciler: Reconciler, timeout: float = 60) -> int:
+    """Deliver every recheck the row scheduled (rechecks included) once its delay runs out,
+    as the handler would; the row's queue is its own."""
+    done, deadline, queue = 0, time.monotonic() + timeout, reconciler.rechecks.queue_url
+    while done < reconciler.stats.rechecks:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{reconciler.stats.rechecks - done} rechecks never arrived")
         messages = stack.sqs.receive_message(
-            QueueUrl=stack.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1
+            QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1
         ).get("Messages", [])
         for message in messages:
             reconciler.recheck(parse_recheck(message["Body"]))
-            stack.sqs.delete_message(
-                QueueUrl=stack.queue_url, ReceiptHandle=message["ReceiptHandle"]
-            )
+            stack.sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
         done += len(messages)
-        if not messages:
-            pending = stack.sqs.get_queue_attributes(
-                QueueUrl=stack.queue_url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
-            )["Attributes"]
-            if not int(pending["ApproximateNumberOfMessagesDelayed"]):
-                return done
+    return done
 
 
 def verify_ours(stack: Stack, scenario: str, label: str, batches: Batches) -> Row:

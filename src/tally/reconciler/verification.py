@@ -181,7 +181,9 @@ class Reconciler:
             self.apply_ttl_expiries(rule, group)
         # Step 1: a balanced batch proves that nothing new drifted: zero reads. One that may
         # hold the other half of an open remainder (its first records) is folded into it.
-        if group.balanced and not (group.carriable and self._open(rule, group.parent_key)):
+        if group.balanced and not (
+            self.open_carries and group.carriable and self._open(rule, group.parent_key)
+        ):
             self.stats.balanced += 1
             self.stats.checked += 1
             self.stats.consistent += 1
