@@ -29,6 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -47,7 +48,7 @@ from tally.local.dynamodb_local import (
 from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.rechecks import RecheckQueue
+from tally.reconciler.rechecks import RecheckQueue, parse_recheck
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import Reads, TallyTable
 from tally.reconciler.verification import Reconciler
@@ -62,7 +63,15 @@ WRITER_THREADS = 4
 SEED_THREADS = 4
 RUNS = 5
 GOAL_ITEMS = 100.0
+GOAL_ITEMS_SPLIT = 10_000.0
+GOAL_SMALL_UNITS = 1_500.0
+GOAL_SHARE = 5.0
 GOAL_RATE = 50_000.0
+# The carry's window in the benchmark, and how long past it a rogue write may go unreported.
+CARRY_SECONDS = 1
+GOAL_DETECTION_MARGIN = 2.0
+# A writer transaction writes the child and the parent (each under 1 KB): 2 WCU per item.
+WCU_PER_WRITE = 4
 Batches = list[list[dict[str, Any]]]
 
 
@@ -79,6 +88,10 @@ class Row:
     recounts: int = 0
     items: int = 0
     capacity: float = 0.0
+    # The carry's reads and writes, and the rechecks its remainders scheduled (run after).
+    carry_units: float = 0.0
+    rechecks: int = 0
+    share_of_writes: float | None = None
     seconds: float = 0.0
     findings: int = 0
     failed: int = 0
@@ -103,6 +116,22 @@ class Scenario:
     truth_ok: bool = True
     truth_detail: str = ""
     rows: list[Row] = field(default_factory=list)
+    detection: Detection | None = None
+
+
+@dataclass
+class Detection:
+    """A rogue counter write on the hot post, from the write to its finding."""
+
+    window: int = CARRY_SECONDS
+    seconds: float | None = None
+    expected: str = ""
+    findings: list[str] = field(default_factory=list)
+    recounts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.findings == [self.expected] and self.seconds is not None
 
 
 @dataclass
@@ -149,20 +178,27 @@ class Stack:
     sns: Any
     sqs: Any
     table: str
-    audit_table: str
     topic_arn: str
-    queue_url: str
     rules: RuleSet
+    exits: contextlib.ExitStack
 
     def reconciler(self) -> Reconciler:
-        store = AuditStore(self.dynamodb, self.audit_table)
+        """Carry window 1 s, on an audit table and a recheck queue of its own: no row sees
+        another's carries or rechecks."""
+        suffix = uuid.uuid4().hex[:10]
+        audit = f"tally-bench-audit-{suffix}"
+        create_table(self.dynamodb, load_template(TEMPLATE_PATH), "AuditTable", audit)
+        self.exits.callback(self.dynamodb.delete_table, TableName=audit)
+        queue_url = self.sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
+        store = AuditStore(self.dynamodb, audit)
         return Reconciler(
             self.rules,
             TallyTable(self.dynamodb, self.table, self.rules),
             store,
             AlertPublisher(self.sns, self.topic_arn, store),
-            RecheckQueue(self.sqs, self.queue_url),
+            RecheckQueue(self.sqs, queue_url),
             RepairPolicy(),
+            carry_seconds=CARRY_SECONDS,
         )
 
 
@@ -179,17 +215,14 @@ def stack(external: str | None, moto: str, rules: RuleSet) -> Iterator[Stack]:
         # One client for all threads: RETRY_CONFIG's pool of 64 keeps the writers from queueing.
         dynamodb = boto3.client("dynamodb", config=RETRY_CONFIG, **local)
         suffix = uuid.uuid4().hex[:10]
-        table, audit = f"tally-bench-{suffix}", f"tally-bench-audit-{suffix}"
-        template = load_template(template_path())
-        for logical_id, name in (("Table", table), ("AuditTable", audit)):
-            create_table(dynamodb, template, logical_id, name)
-            exits.callback(dynamodb.delete_table, TableName=name)
+        table = f"tally-bench-{suffix}"
+        create_table(dynamodb, load_template(template_path()), "Table", table)
+        exits.callback(dynamodb.delete_table, TableName=table)
         aws = local_client_kwargs(moto)
         sns, sqs = boto3.client("sns", **aws), boto3.client("sqs", **aws)
         topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
-        queue_url = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
         streams = boto3.client("dynamodbstreams", **local)
-        yield Stack(dynamodb, streams, sns, sqs, table, audit, topic_arn, queue_url, rules)
+        yield Stack(dynamodb, streams, sns, sqs, table, topic_arn, rules, exits)
 
 
 # --- writing -------------------------------------------------------------------------------
@@ -299,6 +332,23 @@ def child_records(rules: RuleSet, batch: Sequence[Mapping[str, Any]]) -> int:
     return count
 
 
+def run_rechecks(stack: Stack, reconciler: Reconciler, timeout: float = 60) -> int:
+    """Deliver every recheck the row scheduled (rechecks included) once its delay runs out,
+    as the handler would; the row's queue is its own."""
+    done, deadline, queue = 0, time.monotonic() + timeout, reconciler.rechecks.queue_url
+    while done < reconciler.stats.rechecks:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{reconciler.stats.rechecks - done} rechecks never arrived")
+        messages = stack.sqs.receive_message(
+            QueueUrl=queue, MaxNumberOfMessages=10, WaitTimeSeconds=1
+        ).get("Messages", [])
+        for message in messages:
+            reconciler.recheck(parse_recheck(message["Body"]))
+            stack.sqs.delete_message(QueueUrl=queue, ReceiptHandle=message["ReceiptHandle"])
+        done += len(messages)
+    return done
+
+
 def verify_ours(stack: Stack, scenario: str, label: str, batches: Batches) -> Row:
     reconciler = stack.reconciler()
     failed = 0
@@ -306,6 +356,7 @@ def verify_ours(stack: Stack, scenario: str, label: str, batches: Batches) -> Ro
     for batch in batches:
         failed += len(reconciler.verify_batch(batch))
     seconds = time.perf_counter() - start
+    rechecks = run_rechecks(stack, reconciler)  # their reads count; their waiting does not
     stats, reads = reconciler.stats, reconciler.table.reads
     return Row(
         scenario,
@@ -317,6 +368,8 @@ def verify_ours(stack: Stack, scenario: str, label: str, batches: Batches) -> Ro
         recounts=reads.recounts,
         items=reads.items,
         capacity=float(reads.capacity),
+        carry_units=float(reconciler.store.carry_units),
+        rechecks=rechecks,
         seconds=seconds,
         findings=sum(stats.findings.values()),
         failed=failed,
@@ -391,8 +444,10 @@ def compare(scenario: Scenario, stack: Stack, batches: Batches, budget: float) -
     moved = verify_ours(stack, scenario.name, "ours+1", shifted(batches))
     naive = verify_naive(stack, scenario.name, batches, budget)
     naive.naive_over_ours = 1.0
+    writes_wcu = scenario.writes * WCU_PER_WRITE
     for row in (ours, moved):
         row.naive_over_ours = naive.items / row.items if row.items else math.inf
+        row.share_of_writes = 100 * (row.capacity + row.carry_units) / writes_wcu
     scenario.rows += [ours, moved, naive]
 
 
@@ -432,7 +487,40 @@ def hot_post(external: str | None, moto: str, rules: RuleSet, args: argparse.Nam
 
         batches = record_batches(reader)
         compare(scenario, s, batches, args.naive_seconds)
+        likes = args.likes + len(ops) - 2 * unlikes
+        scenario.detection = rogue_write(s, reader, {"PK": post, "SK": "META"}, likes)
     return scenario
+
+
+def rogue_write(
+    stack: Stack, reader: StreamReader, key: Mapping[str, str], likes: int
+) -> Detection:
+    """Add 7 to the hot post's counter by hand; time until the reconciler reports it.
+
+    The record is carried like a transaction half, so it is found by the recheck after
+    the window; the time includes reading the stream and the recount of every child.
+    """
+    reconciler = stack.reconciler()
+    written = time.time()
+    stack.dynamodb.update_item(
+        TableName=stack.table,
+        Key=serialize(dict(key)),
+        UpdateExpression="SET likeTally = likeTally + :n",
+        ExpressionAttributeValues={":n": {"N": "7"}},
+    )
+    for batch in record_batches(reader):
+        reconciler.verify_batch(batch)
+    run_rechecks(stack, reconciler)
+    found = reconciler.log
+    detection = Detection(
+        expected=f"drift: {likes + 7} -> {likes}",
+        findings=[f"{f.kind}: {f.stored} -> {f.actual}" for f in found],
+        recounts=reconciler.table.reads.recounts,
+    )
+    if found:
+        detected = datetime.fromisoformat(found[0].detected_at.replace("Z", "+00:00"))
+        detection.seconds = detected.timestamp() - written
+    return detection
 
 
 def many_posts(
@@ -601,21 +689,24 @@ def table_text(scenarios: list[Scenario]) -> str:
     """The results as a fixed-width table."""
     head = (
         f"{'scenario':<16} {'reconciler':<10} {'records':>7} {'batches':>7} {'groups':>7} "
-        f"{'recounts':>8} {'items read':>12} {'read cap':>10} {'wall s':>8} {'findings':>8} "
-        f"{'failed':>6} {'naive/ours':>10}  note"
+        f"{'recounts':>8} {'items read':>12} {'read cap':>10} {'carry RU':>8} {'RU/batch':>8} "
+        f"{'%writes':>7} {'wall s':>8} {'findings':>8} {'failed':>6} {'naive/ours':>10}  note"
     )
     lines = [head, "-" * len(head)]
     for s in scenarios:
         for r in s.rows:
             note = ""
+            share = "" if r.share_of_writes is None else f"{r.share_of_writes:.2f}"
             if r.reconciler.startswith("ours"):
-                note = f"{r.groups - r.balanced} unbalanced groups recounted"
+                note = f"{r.rechecks} rechecks run"
             elif r.scale != 1.0:
                 note = f"sampled {r.sampled_batches}/{r.batches} batches, scaled x{r.scale:.1f}"
             lines.append(
                 f"{s.name:<16} {r.reconciler:<10} {r.records:>7} {r.batches:>7} {r.groups:>7} "
-                f"{r.recounts:>8,} {r.items:>12,} {r.capacity:>10,.1f} {r.seconds:>8.2f} "
-                f"{r.findings:>8} {r.failed:>6} {ratio_text(r.naive_over_ours):>10}  {note}"
+                f"{r.recounts:>8,} {r.items:>12,} {r.capacity:>10,.1f} {r.carry_units:>8,.1f} "
+                f"{(r.capacity + r.carry_units) / max(r.batches, 1):>8.2f} {share:>7} "
+                f"{r.seconds:>8.2f} {r.findings:>8} {r.failed:>6} "
+                f"{ratio_text(r.naive_over_ours):>10}  {note}"
             )
     return "\n".join(lines)
 
@@ -679,15 +770,33 @@ def main(argv: list[str] | None = None) -> int:
 
     ratios = {r.reconciler: r.naive_over_ours or 0.0 for r in scenarios[0].rows}
     hot, hot_moved = ratios["ours"], ratios["ours+1"]
+    hot_share = next(r for r in scenarios[0].rows if r.reconciler == "ours+1").share_of_writes
+    small = next(r for r in scenarios[1].rows if r.reconciler == "ours+1")
+    small_units = small.capacity + small.carry_units
     false_drift = sum(r.findings for s in scenarios for r in s.rows)
+    detection = scenarios[0].detection or Detection()
     failed = sum(r.failed for s in scenarios for r in s.rows)
     goals = {
         "a_items": (hot >= GOAL_ITEMS, f"naive/ours items {ratio_text(hot)}, goal >= 100x"),
         "a_items_shifted": (
-            hot_moved >= GOAL_ITEMS,
-            f"naive/ours+1 items {ratio_text(hot_moved)}, goal >= 100x",
+            hot_moved >= GOAL_ITEMS_SPLIT,
+            f"naive/ours+1 items {ratio_text(hot_moved)}, goal >= {GOAL_ITEMS_SPLIT:,.0f}x",
+        ),
+        "a_share_of_writes": (
+            (hot_share or 0.0) <= GOAL_SHARE,
+            f"reconciler RU {hot_share or 0.0:.2f}% of the writes' WCU, goal <= {GOAL_SHARE}%",
+        ),
+        "b_units": (
+            small_units <= GOAL_SMALL_UNITS,
+            f"ours+1 RU {small_units:,.1f} (reads + carry), goal <= {GOAL_SMALL_UNITS:,.0f}",
         ),
         "zero_false_drift": (false_drift == 0, f"{false_drift} findings"),
+        "a_detection": (
+            detection.ok and (detection.seconds or 0) <= detection.window + GOAL_DETECTION_MARGIN,
+            f"rogue write found in {detection.seconds or 0:.2f} s "
+            f"({', '.join(detection.findings) or 'no finding'}), "
+            f"goal <= window {detection.window} s + {GOAL_DETECTION_MARGIN:.0f} s",
+        ),
         "throughput": (
             speed.ours_per_s >= GOAL_RATE,
             f"{speed.ours_per_s:,.0f} records/s, goal >= {GOAL_RATE:,.0f}",
@@ -698,7 +807,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table_text(scenarios))
     print(
         "ours: batches as read from the stream; ours+1: the same records in batches starting "
-        "one record earlier;\nnaive: groups = child records, each recounted (with a parent read)"
+        "one record earlier;\nnaive: groups = child records, each recounted (with a parent read);"
+        f"\ncarry RU: the carry's reads and writes; RU/batch: read cap + carry RU per batch; "
+        f"%writes: of the writes' own WCU ({WCU_PER_WRITE} per like transaction)"
     )
     print()
     print(throughput_text(speed))
@@ -710,7 +821,10 @@ def main(argv: list[str] | None = None) -> int:
         "Goal (a), batches shifted by one record (every boundary splits a transaction): "
         + verdict(*goals["a_items_shifted"])
     )
+    print(f"Goal (a) reconciler RU vs writes' WCU: {verdict(*goals['a_share_of_writes'])}")
+    print(f"Goal (b) request units, every boundary split: {verdict(*goals['b_units'])}")
     print(f"Goal zero false drift in (a) and (b): {verdict(*goals['zero_false_drift'])}")
+    print(f"Goal (a) detection of a rogue write: {verdict(*goals['a_detection'])}")
     print(f"Goal throughput >= {GOAL_RATE:,.0f} records/s: {verdict(*goals['throughput'])}")
     problems = []
     if false_drift:
@@ -720,6 +834,8 @@ def main(argv: list[str] | None = None) -> int:
     if not speed.ok:
         problems.append("balanced batches did I/O or were not all balanced")
     problems += [f"{s.name}: writers left wrong counters" for s in scenarios if not s.truth_ok]
+    if not detection.ok:
+        problems.append(f"the rogue write gave {detection.findings or 'no finding'}")
     if problems:
         print(f"Correctness FAILED: {'; '.join(problems)}")
 

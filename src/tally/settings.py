@@ -31,6 +31,8 @@ class Settings(BaseModel):
     repair_budget: int = Field(default=25, ge=0, alias="REPAIR_BUDGET")
     # A finding left standing (alert-only rules) is alerted once; 0 never reminds.
     alert_reminder_hours: int = Field(default=0, ge=0, alias="ALERT_REMINDER_HOURS")
+    # How long a hot parent's remainder may wait for the batch that cancels it (SQS: whole s).
+    carry_seconds: int = Field(default=5, ge=0, le=900, alias="CARRY_SECONDS")
 
     def require(self, name: str) -> str:
         """A setting the calling function cannot work without; names the variable if unset."""

@@ -157,6 +157,7 @@ class Stack:
         """Rechecks queued: due but not received yet, still delayed, or in flight."""
         attributes = self.sqs.get_queue_attributes(
             QueueUrl=self.recheck_queue,
+            # Visible too: a delay may run out between the receive and this call.
             AttributeNames=[
                 "ApproximateNumberOfMessages",
                 "ApproximateNumberOfMessagesDelayed",

@@ -84,6 +84,7 @@ def _body(**changes: Any) -> str:
         "key": RECHECK.key,
         "counter_seen": RECHECK.counter_seen,
         "reason": RECHECK.reason,
+        "carry_since": RECHECK.carry_since,
     }
     body |= changes
     return json.dumps({k: v for k, v in body.items() if v is not ...}, sort_keys=True)
@@ -104,6 +105,8 @@ def _body(**changes: Any) -> str:
         (_body(observed=["3"]), "observed.1"),
         (_body(observed=[3, "4"]), "observed.0"),
         (_body(observed=["3", None]), "observed.1"),
+        (_body(carry_since=-1), "carry_since"),
+        (_body(carry_since="7"), "carry_since"),
     ],
 )
 def test_a_bad_body_names_the_field(body: str, field: str) -> None:

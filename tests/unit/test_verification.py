@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import tomllib
 from collections.abc import Iterator
@@ -13,6 +14,8 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from tally.dynamodb import deserialize, serialize
@@ -20,10 +23,10 @@ from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.findings import Finding
-from tally.reconciler.rechecks import Recheck, RecheckQueue
+from tally.reconciler.rechecks import Recheck, RecheckQueue, parse_recheck
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import TallyTable
-from tally.reconciler.verification import Reconciler, Settle
+from tally.reconciler.verification import SMALL_PARENT, Reconciler, Settle
 from tally.rules import RuleSet, load_rules, parse_rules
 from tests.utils import stream_record
 
@@ -68,6 +71,7 @@ class Rig:
             RecheckQueue(self.sqs, self.recheck_queue),
             policy or RepairPolicy(),
             Settle(attempts=4, pause_seconds=0),
+            carry_seconds=0,  # moto would hide a delayed recheck from ``run_rechecks``
         )
 
     @property
@@ -114,22 +118,33 @@ class Rig:
     def rechecks(self) -> list[dict[str, Any]]:
         return self._drain(self.recheck_queue)
 
+    def run_rechecks(self, checker: Reconciler) -> int:
+        """Hand every due recheck to ``checker``, as the recheck handler would."""
+        bodies = self.rechecks()
+        for body in bodies:
+            checker.recheck(parse_recheck(json.dumps(body)))
+        return len(bodies)
+
 
 @pytest.fixture
 def rig() -> Iterator[Rig]:
     with mock_aws():
-        ddb, sqs, sns = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("sns")
-        template = load_template(template_path())
-        create_table(ddb, template, "Table", MAIN)
-        create_table(ddb, template, "AuditTable", AUDIT)
-        topic_arn = sns.create_topic(Name="tally-alerts")["TopicArn"]
-        alert_queue = sqs.create_queue(QueueName="alerts")["QueueUrl"]
-        alert_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
-        sns.subscribe(
-            TopicArn=topic_arn, Protocol="sqs", Endpoint=alert_arn["Attributes"]["QueueArn"]
-        )
-        recheck_queue = sqs.create_queue(QueueName="rechecks")["QueueUrl"]
-        yield Rig(ddb, sqs, sns, topic_arn, alert_queue, recheck_queue)
+        yield make_rig()
+
+
+def make_rig() -> Rig:
+    """The rig's resources, inside an active ``mock_aws``."""
+    ddb, sqs, sns = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("sns")
+    template = load_template(template_path())
+    create_table(ddb, template, "Table", MAIN)
+    create_table(ddb, template, "AuditTable", AUDIT)
+    topic_arn = sns.create_topic(Name="tally-alerts")["TopicArn"]
+    alert_queue = sqs.create_queue(QueueName="alerts")["QueueUrl"]
+    alert_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
+    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=alert_arn["Attributes"]["QueueArn"])
+    recheck_queue = sqs.create_queue(QueueName="rechecks")["QueueUrl"]
+
+    return Rig(ddb, sqs, sns, topic_arn, alert_queue, recheck_queue)
 
 
 def status(finding: Finding) -> str:
@@ -148,6 +163,153 @@ def test_a_balanced_batch_makes_no_read_and_no_finding(rig: Rig) -> None:
     assert (checker.table.reads.items, checker.table.reads.recounts) == (0, 0)
     assert checker.stats.balanced == 1
     assert checker.log == [] and rig.alerts() == [] and rig.store.findings() == []
+
+
+# --- step 1b: the carry -----------------------------------------------------------------
+
+HOT = SMALL_PARENT + 20  # likes on a hot post: above SMALL_PARENT, so its remainders are carried
+
+
+def hot_likes(first: int, count: int) -> list[dict[str, Any]]:
+    """``count`` like transactions on a hot post, each as its child and its counter record."""
+    records = []
+    for n in range(first, first + count):
+        records.append(like_insert("POST#a91f", f"new{n}"))
+        records.append(bumped(POST, "likeTally", HOT + n, HOT + n + 1))
+    return records
+
+
+def test_a_split_transaction_on_a_hot_parent_is_carried_not_recounted(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=0, tally=HOT)
+    records = hot_likes(0, 3)
+    checker = rig.reconciler()
+    for batch in (records[:1], records[1:]):  # the boundary splits the first like
+        assert checker.verify_batch(batch) == []
+    assert checker.table.reads.recounts == 0
+    assert checker.table.reads.items == 1  # a child-only half reads the counter, to size it
+    assert rig.store.carry("likes", POST).remainder == 0
+    assert checker.stats.carried == 1 and checker.log == []
+    [recheck] = rig.rechecks()  # the open remainder's window; it finds nothing to do
+    checker.recheck(parse_recheck(json.dumps(recheck)))
+    assert checker.table.reads.recounts == 0
+
+
+def test_steady_traffic_split_at_every_boundary_is_never_recounted(rig: Rig) -> None:
+    """Each batch ends mid-transaction and is balanced (it begins with the other half of the
+    previous one's last): an open remainder is still folded, so it is cancelled in time."""
+    rig.likes("POST#a91f", count=HOT, tally=HOT)
+    records = hot_likes(0, 3)
+    checker = rig.reconciler()
+    checker.verify_batch(records[:1])
+    [opened] = rig.rechecks()
+    checker.verify_batch(records[1:3])  # balanced, and still the remainder's cancellation
+    carry = rig.store.carry("likes", POST)
+    assert carry.remainder == -1 and carry.since != opened["carry_since"]
+    checker.recheck(parse_recheck(json.dumps(opened)))  # its window passed: nothing to do
+    for batch in (records[3:5], records[5:]):
+        checker.verify_batch(batch)
+    rig.run_rechecks(checker)
+    assert checker.table.reads.recounts == 0 and checker.log == []
+    assert rig.store.carry("likes", POST).remainder == 0
+
+
+def test_a_balanced_batch_with_no_open_carry_reads_nothing(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=HOT, tally=HOT)
+    records = hot_likes(0, 2)
+    checker = rig.reconciler()
+    for batch in (records[:1], records[1:3], records[3:]):  # the carry closes with the last
+        checker.verify_batch(batch)
+    units = checker.store.carry_units
+    checker.verify_batch(hot_likes(2, 1))
+    assert checker.store.carry_units == units and checker.table.reads.items == 1
+
+
+def test_redelivered_and_bisected_batches_never_add_a_record_twice(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=0, tally=HOT)
+    records = hot_likes(0, 4)
+    checker = rig.reconciler()
+    checker.verify_batch(records[:3])
+    checker.verify_batch(records[3:])
+    for again in (records[:3], records[3:], records[:1], records[1:3], records[5:], records):
+        assert checker.verify_batch(again) == []
+    carry = rig.store.carry("likes", POST)
+    assert (carry.remainder, carry.through) == (0, int(records[-1]["dynamodb"]["SequenceNumber"]))
+    assert checker.table.reads.recounts == 0 and checker.log == []
+
+
+def test_a_rogue_write_on_a_hot_parent_is_recounted_after_the_window(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=HOT, tally=HOT + 40)  # the rogue write the record shows
+    checker = rig.reconciler()
+    checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 40)])
+    assert checker.log == [] and checker.table.reads.recounts == 0
+    assert rig.store.carry("likes", POST).remainder == 40
+    assert rig.run_rechecks(checker) == 1
+    [finding] = checker.log
+    assert (finding.kind, finding.stored, finding.actual) == ("drift", HOT + 40, HOT)
+    assert status(finding) == "applied" and rig.value(POST, "likeTally") == HOT
+    carry = rig.store.carry("likes", POST)
+    assert (carry.remainder, carry.since) == (0, 0)  # what the recount covered is taken off
+
+
+def test_records_folded_during_the_recheck_keep_their_own_window(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig.likes("POST#a91f", count=HOT, tally=HOT + 40)
+    checker = rig.reconciler()
+    checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 40)])
+    [recheck] = rig.rechecks()
+    recount = checker.table.tally_children
+
+    def meanwhile(rule: Any, key: dict[str, str]) -> Any:
+        # Half of a like lands in the carry while the recount runs.
+        rig.reconciler().verify_batch([like_insert("POST#a91f", "late")])
+        return recount(rule, key)
+
+    monkeypatch.setattr(checker.table, "tally_children", meanwhile)
+    checker.recheck(parse_recheck(json.dumps(recheck)))
+    carry = rig.store.carry("likes", POST)
+    assert carry.remainder == -1 and carry.since > 0
+    [follow_up] = rig.rechecks()
+    assert follow_up["carry_since"] == carry.since
+
+
+def test_a_small_parent_is_recounted_at_once_reusing_its_first_read(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=1, tally=1)
+    checker = rig.reconciler()
+    assert checker.verify_batch([like_insert("POST#a91f", "0")]) == []
+    assert checker.table.reads.recounts == 1
+    assert checker.table.reads.items == 3  # parent, the one child, parent again
+    assert rig.store.carry("likes", POST).through == -1  # no carry for a small parent
+    assert rig.rechecks() == []
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cuts=st.lists(st.integers(1, 11), max_size=4),
+    replays=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), max_size=3),
+)
+def test_any_batching_with_any_redelivery_balances_out(
+    cuts: list[int], replays: list[tuple[int, int]]
+) -> None:
+    """Balanced transactions cut anywhere read no child; any slice delivered again later
+    (redelivery, bisection, a retry from a failed record) raises nothing, and once the
+    windows pass the carry is zero again."""
+    with mock_aws():
+        rig = make_rig()
+        rig.likes("POST#a91f", count=SMALL_PARENT + 1, tally=SMALL_PARENT + 1)  # consistent
+        records = hot_likes(0, 6)
+        bounds = [0, *sorted(set(cuts)), len(records)]
+        checker = rig.reconciler()
+        for low, high in itertools.pairwise(bounds):
+            checker.verify_batch(records[low:high])
+        assert checker.table.reads.recounts == 0
+        assert rig.store.carry("likes", POST).remainder == 0
+        for low, high in replays:
+            checker.verify_batch(records[low:high])
+        # A slice of a batch that balanced without a carry is one remainder: recounted once.
+        rig.run_rechecks(checker)
+        assert rig.store.carry("likes", POST).remainder == 0
+        assert checker.log == []
 
 
 # --- step 2: the settled recount --------------------------------------------------------
@@ -286,6 +448,8 @@ def test_an_alert_mode_rule_is_reported_not_repaired(rig: Rig) -> None:
     rig.put({"PK": "ORDER#17", "SK": "LINE#2", "amount": Decimal("0.2")})
     checker = rig.reconciler()
     checker.verify_batch([bumped(order, "total", Decimal("0.3"), Decimal(10))])
+    assert checker.log == []  # a sum's remainder is carried first, then recounted
+    assert rig.run_rechecks(checker) == 1
     [finding] = checker.log
     assert finding.actual == Decimal("0.3")
     assert finding.repair is not None and finding.repair.status == "skipped"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -30,6 +31,22 @@ OUTBOX_PK = "OUTBOX"
 # How long a publisher holds a pending alert before another may take it over.
 LEASE_SECONDS = 60
 NEVER = 2**62
+# A carry outlives the stream's 24 h retention, so no redelivery can add a record twice.
+CARRY_TTL = 2 * DAY
+
+
+@dataclass(frozen=True)
+class Carry:
+    """A parent's remainder (counter deltas - child deltas) folded from the stream so far.
+
+    ``through``: the last stream sequence number folded in (-1: none yet); ``since``: when
+    the remainder last became non-zero (epoch ms, 0 while it is zero), naming its recheck.
+    """
+
+    remainder: Decimal = Decimal(0)
+    through: int = -1
+    since: int = 0
+    first_seen: str | None = None
 
 
 class AuditStore:
@@ -39,6 +56,8 @@ class AuditStore:
         self.client = client
         self.table_name = table_name
         self.clock = clock
+        # Request units the carries consumed (reads and writes), for metrics and benchmarks.
+        self.carry_units = Decimal(0)
 
     # --- findings and repair log ---------------------------------------------------------
 
@@ -311,6 +330,63 @@ class AuditStore:
             if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
 
+    # --- carries -------------------------------------------------------------------------
+
+    def carry(self, rule: str, key: Mapping[str, str]) -> Carry:
+        """The parent's carry, read consistently; an empty one when there is none."""
+        response = self.client.get_item(
+            TableName=self.table_name,
+            Key=serialize(_carry_key(rule, key)),
+            ConsistentRead=True,
+            ReturnConsumedCapacity="TOTAL",
+        )
+        self._consumed(response)
+        item = deserialize(response.get("Item") or {})
+        if not item:
+            return Carry()
+        first_seen = item.get("firstSeen")
+        return Carry(
+            item["remainder"],
+            int(item["through"]),
+            int(item.get("since", 0)),
+            str(first_seen) if first_seen else None,
+        )
+
+    def put_carry(self, rule: str, key: Mapping[str, str], previous: Carry, new: Carry) -> bool:
+        """Replace ``previous`` by ``new``; False when another writer moved the carry meanwhile."""
+        item: dict[str, Any] = {
+            **_carry_key(rule, key),
+            "remainder": new.remainder,
+            "through": str(new.through),
+            "since": new.since,
+            "expiresAt": self._expiry(CARRY_TTL),
+        }
+        if new.first_seen:
+            item["firstSeen"] = new.first_seen
+        if previous.through < 0:
+            condition, values = "attribute_not_exists(PK)", None
+        else:
+            condition, values = "through = :through", {":through": str(previous.through)}
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": serialize(item),
+            "ConditionExpression": condition,
+            "ReturnConsumedCapacity": "TOTAL",
+        }
+        if values:
+            request["ExpressionAttributeValues"] = serialize(values)
+        try:
+            self._consumed(self.client.put_item(**request))
+        except ClientError as error:
+            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    def _consumed(self, response: Mapping[str, Any]) -> None:
+        consumed = response.get("ConsumedCapacity") or {}
+        self.carry_units += Decimal(str(consumed.get("CapacityUnits", 0)))
+
     # --- helpers -------------------------------------------------------------------------
 
     def _repair_item(self, finding: Finding, repair: Repair) -> dict[str, Any]:
@@ -382,6 +458,10 @@ def _standing_sk(finding: Finding) -> str:
 
 def _watermark_key(rule: str, key: Mapping[str, str]) -> dict[str, str]:
     return {"PK": f"SEQUENCE#{rule}#{_key_json(key)}", "SK": "WATERMARK"}
+
+
+def _carry_key(rule: str, key: Mapping[str, str]) -> dict[str, str]:
+    return {"PK": _pk(rule, key), "SK": "CARRY"}
 
 
 def _iso(epoch: float) -> str:

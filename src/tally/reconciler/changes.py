@@ -96,6 +96,11 @@ class Group:
     evidence: list[Evidence] = field(default_factory=list)
     sequence_numbers: list[str] = field(default_factory=list)
     first_at: Any = None
+    # Count/sum: each record's share of the remainder (counter delta - child delta), by
+    # sequence number, so a carry adds a redelivered record only once.
+    deltas: list[tuple[str, Decimal]] = field(default_factory=list)
+    # Count/sum: the counter as the group's last parent record left it (None: not seen).
+    counter_value: Decimal | None = None
 
     @property
     def first_seen(self) -> str | None:
@@ -110,6 +115,18 @@ class Group:
         if isinstance(self.rule, SequenceRule):
             return not self.decreases and not self.members_removed and self._numbers_match()
         return self.counter_delta == self.child_delta
+
+    @property
+    def carriable(self) -> bool:
+        """Unbalanced only by its deltas: a remainder a later batch may cancel."""
+        return not (
+            self.invalid
+            or self.parent_removed
+            or self.unreadable
+            or self.ttl_removed
+            or self.expiries
+            or isinstance(self.rule, SequenceRule)
+        )
 
     def _numbers_match(self) -> bool:
         """Each number handed out has exactly one member insert, and nothing else was inserted."""
@@ -283,7 +300,10 @@ def _fold_parent(
             group.decreases.append(evidence)  # a sequence never goes backwards
         group.counter_seen = max(group.counter_seen, int(after_n), int(before_n))
     else:
-        group.counter_delta += after_n - before_n
+        delta = after_n - before_n
+        group.counter_delta += delta
+        group.counter_value = after_n
+        group.deltas.append((sequence_number, delta))
 
 
 def _fold_child(
@@ -318,6 +338,7 @@ def _fold_child(
             return
         group.ttl_removed = True
     group.child_delta += delta
+    group.deltas.append((sequence_number, -delta))
 
 
 def _fold_member(

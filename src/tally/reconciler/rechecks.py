@@ -17,13 +17,15 @@ MAX_DELAY_SECONDS = 900
 
 @dataclass(frozen=True)
 class Recheck:
-    """Verify ``rule`` on the parent or counter at ``key``; ``counter_seen`` bounds a gap check."""
+    """Verify ``rule`` on the parent or counter at ``key``; ``counter_seen`` bounds a gap check;
+    ``carry_since`` names the carried remainder to recount (0: none)."""
 
     rule: str
     key: dict[str, str]
     counter_seen: int
     reason: str
     observed: Observed | None = None  # what an aggregated counter's last recount saw
+    carry_since: int = 0
 
 
 class RecheckQueue:
@@ -53,6 +55,7 @@ class _RecheckBody(BaseModel):
     counter_seen: int = Field(ge=0)
     reason: str
     observed: tuple[str | None, str] | None = None
+    carry_since: int = Field(default=0, ge=0)
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -65,4 +68,11 @@ def parse_recheck(body: str) -> Recheck:
             for e in error.errors()
         )
         raise ValueError(f"bad recheck message: {problems}") from error
-    return Recheck(parsed.rule, parsed.key, parsed.counter_seen, parsed.reason, parsed.observed)
+    return Recheck(
+        parsed.rule,
+        parsed.key,
+        parsed.counter_seen,
+        parsed.reason,
+        parsed.observed,
+        parsed.carry_since,
+    )

@@ -15,7 +15,7 @@ from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.rechecks import RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import TallyTable
-from tally.reconciler.verification import Reconciler, Stats
+from tally.reconciler.verification import CarryId, Reconciler, Stats
 from tally.rules import RuleSet, load_rules
 from tally.settings import settings
 
@@ -38,6 +38,8 @@ _BOUNDED = RETRY_CONFIG.merge(
     )
 )
 _NO_RETRY = _BOUNDED.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
+# Hot parents with an open carry, known to this warm container across invocations.
+_OPEN_CARRIES: set[CarryId] = set()
 
 
 @lru_cache(maxsize=1)
@@ -62,6 +64,8 @@ def reconciler() -> Reconciler:
         RecheckQueue(sqs, env.require("recheck_queue_url")),
         RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
         remind_seconds=env.alert_reminder_hours * 3600,
+        carry_seconds=env.carry_seconds,
+        open_carries=_OPEN_CARRIES,
     )
 
 
@@ -76,6 +80,7 @@ def emit_metrics(checker: Reconciler) -> None:
         ("OwnWrites", stats.own_writes),
         ("MalformedRecords", stats.malformed),
         ("GroupsBalanced", stats.balanced),
+        ("GroupsCarried", stats.carried),
         ("ParentsChecked", stats.checked),
         ("Recounts", reads.recounts),
         ("RecountItemsRead", reads.items),
@@ -86,6 +91,7 @@ def emit_metrics(checker: Reconciler) -> None:
     ):
         metrics.add_metric(name=name, unit=count, value=value)
     metrics.add_metric(name="RecountCapacity", unit=count, value=float(reads.capacity))
+    metrics.add_metric(name="CarryCapacity", unit=count, value=float(checker.store.carry_units))
     if stats.checked:
         share = 100 * stats.consistent / stats.checked
         metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)
