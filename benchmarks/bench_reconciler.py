@@ -187,7 +187,7 @@ class Stack:
         another's carries or rechecks."""
         suffix = uuid.uuid4().hex[:10]
         audit = f"tally-bench-audit-{suffix}"
-        create_table(self.dynamodb, load_template(TEMPLATE_PATH), "AuditTable", audit)
+        create_table(self.dynamodb, load_template(template_path()), "AuditTable", audit)
         self.exits.callback(self.dynamodb.delete_table, TableName=audit)
         queue_url = self.sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
         store = AuditStore(self.dynamodb, audit)

@@ -297,7 +297,9 @@ class Reconciler:
                 carry = Carry(remainder, now.through, _now_ms(), now.first_seen)
             if self.store.put_carry(rule.name, key, now, carry):
                 if remainder:  # records folded since the read: their own window
-                    self.schedule_recheck(rule, key, 0, "carried remainder", carry_since=carry.since)
+                    self.schedule_recheck(
+                        rule, key, 0, "carried remainder", carry_since=carry.since
+                    )
                 return True
         self.schedule_recheck(rule, key, 0, "the carry kept moving", carry_since=since)
         return True
@@ -552,7 +554,9 @@ class Reconciler:
         if isinstance(rule, SequenceRule):
             delay = rule.grace_seconds
         else:
-            delay = self.carry_seconds if carry_since else rule.lag_seconds or self.settle.defer_seconds
+            delay = (
+                self.carry_seconds if carry_since else rule.lag_seconds or self.settle.defer_seconds
+            )
         recheck = Recheck(rule.name, key, counter_seen, reason, observed, carry_since)
         self.rechecks.schedule(recheck, delay)
         self.stats.rechecks += 1
