@@ -31,6 +31,9 @@ from pydantic import (
 )
 
 from tally.key_patterns import (
+    EXACT,
+    NUMBERED,
+    PREFIX,
     Checks,
     KeyType,
     Pattern,
@@ -375,6 +378,18 @@ ParentOf = Callable[[Mapping[str, Any]], Key]
 _Compiled = tuple[AnyRule, Checks, Role, Checks, ParentOf]
 
 
+def _head(checks: Checks, partition_key: str) -> str | None:
+    """The partition key head (text before the first '#') every key passing ``checks`` has;
+    None when the checks leave it open."""
+    for name, value, mode in checks:
+        if name != partition_key:
+            continue
+        if mode in (EXACT, PREFIX, NUMBERED) and "#" in value:
+            return value.split("#", 1)[0]
+        return value if mode == EXACT else None
+    return None
+
+
 class RuleSet:
     """The validated rules, with key classification for writers and the reconciler."""
 
@@ -383,6 +398,9 @@ class RuleSet:
         self.rules = rules
         self._by_name = {rule.name: rule for rule in rules}
         self._compiled: list[_Compiled] | None = None
+        # Partition key head (text before its first '#') -> the compiled rules it may match.
+        self._by_head: dict[str, list[_Compiled]] = {}
+        self._any_head: list[_Compiled] = []
         self._numeric_keys = any(table.type_of(name) == "N" for name in table.names)
 
     def __iter__(self) -> Iterator[CountRule | SumRule | SequenceRule]:
@@ -397,14 +415,34 @@ class RuleSet:
     def classify(self, key: Mapping[str, Any]) -> list[Match]:
         """Every role the item with this key plays (a parent may hold several counters)."""
         if self._compiled is None:
-            self._compiled = [self._compile(rule) for rule in self.rules]
+            self._compile_all()
+        pk = key.get(self.table.partition_key)
+        if pk.__class__ is str:
+            head = pk.split("#", 1)[0]
+            candidates = self._by_head.get(head, self._any_head)
+        else:
+            candidates = self._compiled or []
         matches: list[Match] = []
-        for rule, parent, role, claimed, parent_of in self._compiled:
+        for rule, parent, role, claimed, parent_of in candidates:
             if checks_pass(parent, key):
                 matches.append(Match(rule, "parent", self.key_of(key)))
             elif checks_pass(claimed, key):
                 matches.append(Match(rule, role, parent_of(key)))
         return matches
+
+    def _compile_all(self) -> None:
+        compiled = [self._compile(rule) for rule in self.rules]
+        pk = self.table.partition_key
+        heads = [(_head(c[1], pk), _head(c[3], pk)) for c in compiled]
+        fixed = {head for pair in heads for head in pair if head is not None}
+        self._any_head = [c for c, pair in zip(compiled, heads, strict=True) if None in pair]
+        self._by_head = {
+            head: [
+                c for c, pair in zip(compiled, heads, strict=True) if head in pair or None in pair
+            ]
+            for head in fixed
+        }
+        self._compiled = compiled
 
     def _compile(self, rule: AnyRule) -> _Compiled:
         """The rule's patterns as plain tuples: classify runs once per stream record."""

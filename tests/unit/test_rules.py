@@ -338,3 +338,34 @@ def test_a_prefix_pattern_matches_everything_it_starts(prefix: str, suffix: str)
 def test_overlaps_is_symmetric(a: str, b: str) -> None:
     first, second = Pattern.parse(a), Pattern.parse(b)
     assert first.overlaps(second) == second.overlaps(first)
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+_RULE_FILES = sorted(
+    [_ROOT / "src" / "rules.toml", *(_ROOT / "examples" / "adopting").glob("*/rules.toml")]
+)
+_HEADS = ["POST", "ORDER", "PROJECT", "User", "UserMetadata", "USER", "CART", "", "9", "P"]
+_TAILS = ["", "#", "#a91f", "#12", "#0007", "Metadata", "#META#1"]
+
+
+@pytest.mark.parametrize("rules_file", _RULE_FILES, ids=lambda p: p.parent.name)
+@given(
+    head=st.sampled_from(_HEADS),
+    tail=st.sampled_from(_TAILS) | st.text(max_size=6),
+    sort=st.sampled_from(["META", "LIKE#USER#1", "ISSUE#0000000003", "COUNTER#ISSUE", "0", "7"])
+    | st.text(max_size=6),
+)
+def test_classify_looks_only_where_a_rule_can_match(
+    rules_file: Path, head: str, tail: str, sort: str
+) -> None:
+    """Rules are looked up by the partition key's head; every rule is still found."""
+    rules = load_rules(rules_file)
+    table = rules.table
+    key = {table.partition_key: head + tail}
+    if table.sort_key is not None:
+        key[table.sort_key] = sort
+    everywhere = load_rules(rules_file)
+    everywhere.classify(key)  # compiles; then every rule is a candidate for every key
+    everywhere._by_head, everywhere._any_head = {}, list(everywhere._compiled or [])
+    found = [(m.rule.name, m.role, m.parent_key) for m in rules.classify(key)]
+    assert found == [(m.rule.name, m.role, m.parent_key) for m in everywhere.classify(key)]

@@ -146,11 +146,18 @@ class Reconciler:
         self.remind_seconds = remind_seconds
         # False for an operator's dry run that only shows findings: nothing recorded or sent.
         self.alerting = True
-        self.ledger = ledger or MemberLedger(store.client, store.table_name)
+        self._ledger = ledger
         self.carry_seconds = carry_seconds
         self.open_carries = open_carries if open_carries is not None else set()
         self.stats = Stats()
         self.log: list[Finding] = []
+
+    @property
+    def ledger(self) -> MemberLedger:
+        """The member ledger (attribute-layout sequences), made on first use."""
+        if self._ledger is None:
+            self._ledger = MemberLedger(self.store.client, self.store.table_name)
+        return self._ledger
 
     def verify_batch(self, records: Iterable[Any], deadline: Deadline | None = None) -> list[str]:
         """Verify one stream batch; return the sequence numbers to report as failed."""
