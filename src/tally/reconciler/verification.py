@@ -12,7 +12,8 @@
    one transaction with its log, its marker's record and its alert. A record carrying a
    repair marker is the reconciler's own only if the audit table logged that marker.
 4. Gaps: an unbalanced sequence waits out its grace period; the recheck is authoritative.
-   A counter that goes down is a finding at once.
+   A counter that goes down is a finding at once. Members numbered in an attribute are read
+   from the member ledger the stream keeps; a number a member gave up is judged again.
 5. Alerts: one message per finding through the outbox, de-duplicated by the finding's
    identity and outcome.
 """
