@@ -245,8 +245,11 @@ def adopt(
     monkeypatch.setenv("TALLY_STATE_DIR", str(state_dir))
     monkeypatch.delenv("RULES_FILE", raising=False)
 
-    def start(shape: str, table_id: str, *, spawn: bool = False) -> Adopted:
-        rules = EXAMPLES / shape / "rules.toml"
+    def start(
+        shape: str, table_id: str, *, spawn: bool = False, rules: Path | None = None
+    ) -> Adopted:
+        """The example ``shape``'s table, with its rules or the ``rules`` file given."""
+        rules = rules or EXAMPLES / shape / "rules.toml"
         args = ["local", "up", "--rules", str(rules)]
         args += ["--template", str(EXAMPLES / shape / "template.yaml"), "--table-id", table_id]
         if spawn:

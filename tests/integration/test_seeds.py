@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -275,3 +276,39 @@ def test_seed_000_full_audit_rebuilds_the_ledger_and_finds_a_user_deleted_unseen
     client.delete_item(TableName=table, Key={"PK": {"S": "User#user04"}})
     users.settle()
     assert kinds(users.new_alerts()) == [("gap", 5)]
+
+
+MEMBERS_ONLY_USERS = """
+[table]
+partition_key = "PK"
+
+[[rules]]
+name = "user-ids"
+kind = "sequence"
+parent = { PK = "UserMetadata" }
+counter_holds = "none"
+members = { layout = "attribute", key = { PK = "User#*" }, number = "NumIdentifier" }
+grace_seconds = 2
+repair = "alert"
+"""
+
+
+def test_a_members_only_ledger_judges_the_highest_number_its_rebuild_dropped(
+    adopt: Callable[..., Adopted], tmp_path: Path
+) -> None:
+    """No counter: the sequence ends at its highest member. The highest user deleted while no
+    stream reached the ledger is still a gap for the audit (the next writer would reuse it)."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text(MEMBERS_ONLY_USERS)
+    users = adopt("users", "UsersTable", rules=rules)
+    client, table = users.dynamodb, users.table
+    for number in range(1, 6):
+        item = {"PK": {"S": f"User#u{number}"}, "NumIdentifier": {"N": str(number)}}
+        client.put_item(TableName=table, Item=item)
+    users.settle()
+    assert users.new_alerts() == []
+    assert users.items() and all(i["PK"] != "UserMetadata" for i in users.items())
+
+    client.delete_item(TableName=table, Key={"PK": {"S": "User#u5"}})
+    code, out = users.tally("audit", "--json")
+    assert (code, json.loads(out)["findings"]) == (1, {"gap": 1})

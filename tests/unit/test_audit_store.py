@@ -13,7 +13,7 @@ from moto import mock_aws
 
 from tally.dynamodb import serialize
 from tally.local.template import create_table, load_template, template_path
-from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore
+from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore, Carry
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 
 TABLE = "audit"
@@ -265,3 +265,17 @@ def test_a_marker_commits_once_and_confirms_one_record_on_its_key(
     assert store.confirm_marker("forged", KEY, shown, "300") is False
     [logged] = [i for i in items(client) if i["PK"]["S"].startswith("MARKER#")]
     assert logged["expiresAt"]["N"] == str(1_700_000_000 + 2 * 86_400)
+
+
+def test_a_carry_is_replaced_only_from_the_state_it_was_read_in(store: AuditStore) -> None:
+    """A fold read before a recheck took the remainder off (same ``through``) must not put
+    it back: the fence covers the remainder and its window, not only ``through``."""
+    empty = store.carry("likes", {"PK": "POST#1", "SK": "META"})
+    opened = Carry(Decimal(1), 10, 111)
+    assert store.put_carry("likes", {"PK": "POST#1", "SK": "META"}, empty, opened)
+    read_by_fold = store.carry("likes", {"PK": "POST#1", "SK": "META"})
+    taken_off = Carry(Decimal(0), 10)  # the recheck recounted and kept ``through``
+    assert store.put_carry("likes", {"PK": "POST#1", "SK": "META"}, read_by_fold, taken_off)
+    folded = Carry(Decimal(2), 12, 111)
+    assert not store.put_carry("likes", {"PK": "POST#1", "SK": "META"}, read_by_fold, folded)
+    assert store.carry("likes", {"PK": "POST#1", "SK": "META"}).remainder == 0

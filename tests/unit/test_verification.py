@@ -251,6 +251,21 @@ def test_a_rogue_write_on_a_hot_parent_is_recounted_after_the_window(rig: Rig) -
     assert (carry.remainder, carry.since) == (0, 0)  # what the recount covered is taken off
 
 
+def test_a_replay_recounts_records_the_carry_has_already_passed(rig: Rig) -> None:
+    """A failed batch replayed after later batches carried past it is recounted, not taken
+    for folded before: the drift it holds is found."""
+    rig.likes("POST#a91f", count=HOT, tally=HOT + 40)
+    failed = [bumped(POST, "likeTally", HOT, HOT + 40)]
+    later = hot_likes(100, 2)
+    checker = rig.reconciler()
+    checker.verify_batch(later[:1])  # a later batch carries, past the failed one's records
+    replaying = rig.reconciler()
+    replaying.carrying = False
+    assert replaying.verify_batch(failed) == []
+    [finding] = replaying.log
+    assert (finding.kind, finding.stored, finding.actual) == ("drift", HOT + 40, HOT)
+
+
 def test_records_folded_during_the_recheck_keep_their_own_window(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

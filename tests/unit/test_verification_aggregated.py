@@ -148,3 +148,14 @@ def test_the_full_audit_takes_a_first_look_and_judges_a_lag_later(rig: Rig) -> N
     assert found.log == []
     [(recheck, delay)] = scheduled.sent
     assert (recheck.key, recheck.observed, delay) == (CART, ("2", "5"), LAG)
+
+
+def test_a_carry_recheck_left_from_before_the_lag_is_judged_after_the_lag(rig: Rig) -> None:
+    """A rule switched to ``lag_seconds`` with a carry's recheck still queued: the recheck is
+    a first sight, never an immediate finding on a total the aggregator may still change."""
+    cart(rig, 0, [2, 3])  # the aggregator has not added these yet
+    found, scheduled = checker(rig)
+    found.recheck(Recheck("cart-quantity", CART, 0, "carried remainder", None, 1234))
+    assert found.log == [] and rig.alerts() == []
+    [(recheck, delay)] = scheduled.sent
+    assert (recheck.observed, recheck.carry_since, delay) == (("0", "5"), 0, LAG)

@@ -366,7 +366,14 @@ class AuditStore:
         if previous.through < 0:
             condition, values = "attribute_not_exists(PK)", None
         else:
-            condition, values = "through = :through", {":through": str(previous.through)}
+            # The whole state, not only ``through``: a recheck that took the remainder off
+            # keeps ``through``, and a fold read before it must not put the remainder back.
+            condition = "through = :through AND since = :since AND #remainder = :remainder"
+            values = {
+                ":through": str(previous.through),
+                ":since": previous.since,
+                ":remainder": previous.remainder,
+            }
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "Item": serialize(item),
@@ -375,6 +382,7 @@ class AuditStore:
         }
         if values:
             request["ExpressionAttributeValues"] = serialize(values)
+            request["ExpressionAttributeNames"] = {"#remainder": "remainder"}  # reserved word
         try:
             self._consumed(self.client.put_item(**request))
         except ClientError as error:

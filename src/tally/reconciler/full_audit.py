@@ -120,7 +120,11 @@ class Audit:
         if isinstance(target, SequenceRule):
             self.report.sequences += 1
             if horizon is None or not target.has_counter:
-                horizon = reconciler.sequence_horizon(target, key)
+                end = reconciler.sequence_horizon(target, key)
+                if not target.has_counter and isinstance(horizon, int | Decimal):
+                    # Without a counter: the highest member, or a number given up above it.
+                    end = max(end, horizon)
+                horizon = end
             seen = int(horizon) if isinstance(horizon, int | Decimal) and horizon >= 0 else 0
             if defer:
                 reconciler.schedule_recheck(target, key, seen, "full audit")
@@ -258,14 +262,17 @@ def _scan(
         yield target, dict(target.parent), _Seen()
     for target in rules:
         if isinstance(target, SequenceRule) and isinstance(target.members, AttributeMembers):
-            rebuild_ledger(reconciler, target, ledger.get(target.name, []))
-            yield target, dict(target.parent), _Seen()
+            dropped = rebuild_ledger(reconciler, target, ledger.get(target.name, []))
+            # Without a counter, a dropped number may lie above every member still held.
+            seen = _Seen(True, dropped) if dropped and not target.has_counter else _Seen()
+            yield target, dict(target.parent), seen
 
 
 def rebuild_ledger(
     reconciler: Reconciler, rule: SequenceRule, scanned: list[tuple[int, Key]]
-) -> None:
-    """The member ledger made to agree with the scan, before the sequence is judged."""
+) -> int:
+    """The member ledger made to agree with the scan, before the sequence is judged;
+    returns the highest number it dropped (0: none)."""
     counter = dict(rule.parent)
     _, dropped = reconciler.ledger.rebuild(
         rule, counter, scanned, lambda key: reconciler.table.attribute_number(rule, key)
@@ -273,6 +280,7 @@ def rebuild_ledger(
     if dropped:
         # A number no longer held is judged again, wherever the watermark stood.
         reconciler.store.lower_watermark(rule.name, counter, min(dropped) - 1)
+    return max(dropped, default=0)
 
 
 def _scan_segment(

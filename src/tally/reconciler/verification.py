@@ -149,6 +149,8 @@ class Reconciler:
         self.alerting = True
         self._ledger = ledger
         self.carry_seconds = carry_seconds
+        # False for a replay: its records may be older than what the carry already folded.
+        self.carrying = True
         self.open_carries = open_carries if open_carries is not None else set()
         self.stats = Stats()
         self.log: list[Finding] = []
@@ -221,7 +223,7 @@ class Reconciler:
             self.schedule_recheck(rule, group.parent_key, horizon, "unbalanced")
             return True
         first: ParentState | None = None
-        if group.carriable:
+        if group.carriable and self.carrying:
             small, first = self.small_parent(rule, group)
             if not small and self.carry(rule, group):
                 return False
@@ -599,11 +601,13 @@ class Reconciler:
         rule = self.rules[recheck.rule]
         key = dict(recheck.key)
         if not isinstance(rule, SequenceRule):
-            if recheck.carry_since and not self.recheck_carry(rule, key, recheck.carry_since):
-                return  # nothing left to recount: no read beyond the carry's
             if rule.lag_seconds is not None:
+                # Never carried; a carry recheck left from before the lag was set is judged too.
                 self.verify_aggregated(rule, key, recheck.observed)
-            elif not recheck.carry_since:
+            elif recheck.carry_since:
+                if not self.recheck_carry(rule, key, recheck.carry_since):
+                    return  # nothing left to recount: no read beyond the carry's
+            else:
                 self.verify_parent(rule, key, None)
             self.flush_alerts()
             return
