@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import logging
 import os
 import platform
 import queue
@@ -50,6 +49,7 @@ from tally.local.dynamodb_local import (
     endpoint_from_env,
     local_client_kwargs,
 )
+from tally.local.moto_server import moto_server
 from tally.local.template import create_table, create_table_kwargs, load_template, template_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -283,20 +283,6 @@ class Row:
     exact: bool = False
     missed: list[Any] = field(default_factory=list)
     extra: list[Any] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 def measure(

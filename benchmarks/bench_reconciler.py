@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import math
 import os
 import platform
@@ -45,6 +44,7 @@ from tally.local.dynamodb_local import (
     endpoint_from_env,
     local_client_kwargs,
 )
+from tally.local.moto_server import moto_server
 from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
@@ -152,21 +152,6 @@ class Throughput:
 
 
 # --- environment ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's SNS and SQS on a free loopback port, for the alerts and the recheck queue."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 @dataclass

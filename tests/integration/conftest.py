@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local import stack as local_stack
 from tally.local.dynamodb_local import local_client_kwargs
+from tally.local.moto_server import moto_server
 from tally.local.sqs_trigger import sqs_event_record
 from tally.local.template import create_table
 from tally.reconciler import runtime
@@ -41,13 +41,8 @@ RULES_FILE = Path(__file__).with_name("rules.toml")
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """moto's server (SNS, SQS) on a free loopback port for the whole run."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{server._server.server_port}"  # type: ignore[union-attr]
-    server.stop()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @dataclass
