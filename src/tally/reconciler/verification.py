@@ -651,22 +651,6 @@ class Reconciler:
         valid = _valid_counter(rule, stored)
         if valid and int(stored or 0) >= highest:
             return 0
-        if not counter.exists:
-            # The counter item is the user's: a missing one is reported, never created.
-            self.report(
-                Finding(
-                    kind="counter_behind",
-                    rule=rule.name,
-                    table=self.table.name,
-                    key=key,
-                    attribute=rule.counter,
-                    stored=None,
-                    actual=Decimal(highest),
-                    detail="the counter item does not exist",
-                    repair=Repair("skipped", "the reconciler never creates a counter item"),
-                )
-            )
-            return 1
         finding = Finding(
             kind="counter_behind" if valid else "invalid_counter",
             rule=rule.name,
@@ -678,6 +662,12 @@ class Reconciler:
             revision=counter.revision,
             detail="the next number handed out would collide with a member" if valid else "",
         )
+        if not counter.exists:
+            # The counter item is the user's: a missing one is reported, never created.
+            missing = replace(finding, revision=None, detail="the counter item does not exist")
+            why = "the reconciler never creates a counter item"
+            self.report(missing.with_repair(Repair("skipped", why)))
+            return 1
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
             self.report(finding.with_repair(verdict))
