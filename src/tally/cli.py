@@ -362,8 +362,8 @@ def _audit(options: argparse.Namespace) -> int:
     if options.json:
         print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in findings]}))
     else:
-        console.print_audit(report.as_json(), findings, options.repair, alerting)
-    return 1 if findings else 0
+        console.print_audit(report.as_json(), findings, options.repair, alerting, report.state)
+    return 1 if findings or report.state else 0
 
 
 def _read_export(path: Path) -> Any:

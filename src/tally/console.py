@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -32,7 +32,7 @@ from rich.text import Text
 from tally.local.dynamodb_local import DynamoDBLocalUnavailable
 from tally.local.stack import LocalStackError
 from tally.local.template import TemplateNotFoundError
-from tally.reconciler.findings import Finding
+from tally.reconciler.findings import Finding, Off
 from tally.rules import RulesFileError
 from tally.settings import SettingsError
 
@@ -145,7 +145,11 @@ def live(render: Callable[[], RenderableType]) -> Any:
 
 
 def print_audit(
-    report: dict[str, Any], findings: list[Finding], repair: bool, alerted: bool
+    report: dict[str, Any],
+    findings: list[Finding],
+    repair: bool,
+    alerted: bool,
+    state: Sequence[Off] = (),
 ) -> None:
     per_rule = Table("rule", box=box.SIMPLE)
     for column in ("checked", "drift", "gaps", "other", "repaired"):
@@ -158,11 +162,15 @@ def print_audit(
         row = [report["parents_checked"].get(name, 0), kinds.count("drift"), kinds.count("gap")]
         per_rule.add_row(*(Text(str(cell)) for cell in [name, *row, other, repaired]))
     out.print(per_rule)
-    if findings:
-        found = Table("kind", "rule", "parent", "stored", "actual", "repair", box=box.SIMPLE)
-        for f in findings:
+    shown = list(state) or [Off(f, "new") for f in findings]
+    if shown:
+        columns = ("kind", "rule", "parent", "stored", "actual", "repair", "status")
+        found = Table(*columns, box=box.SIMPLE)
+        for off in shown:
+            f = off.finding
             where = pattern(f.key) + (f" #{f.number}" if f.number is not None else "")
-            cells = [f.kind, f.rule, where, _plain(f.stored), _plain(f.actual), _done(f)]
+            status = off.status + (f" since {off.alerted_at}" if off.alerted_at else "")
+            cells = [f.kind, f.rule, where, _plain(f.stored), _plain(f.actual), _done(f), status]
             found.add_row(*map(Text, cells))  # key values are data, never markup
         out.print(found)
     export = report.get("export")
@@ -174,7 +182,9 @@ def print_audit(
     summary = (
         f"{read}, {report['recounted']} parents recounted, "
         f"{report['sequences_checked']} sequences checked, {len(findings)} findings, "
-        f"{report['seconds']} s" + ("" if findings else ": clean")
+        + (f"{len(shown)} parents off, " if len(shown) != len(findings) else "")
+        + f"{report['seconds']} s"
+        + ("" if shown else ": clean")
     )
     out.print(summary, markup=False)
     if findings and not repair:

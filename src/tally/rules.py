@@ -114,6 +114,8 @@ class TableKeys(_Strict):
 
 
 PK_SK = TableKeys(partition_key="PK", sort_key="SK")
+# How long children may outlive their parent before they are orphans (a rule option).
+ORPHAN_GRACE_SECONDS = 60
 
 
 def _context_keys(info: ValidationInfo) -> TableKeys:
@@ -127,6 +129,9 @@ class _RuleBase(_Strict):
     counter: Annotated[str, Field(min_length=1)]
     revision: str | None = None
     repair: RepairMode = "alert"
+    # Children (or members) whose parent (or counter item) is gone are left for a while by
+    # an application's cascade: they are judged only once they persisted this long.
+    orphan_grace_seconds: Annotated[int, Field(ge=0, le=900)] = ORPHAN_GRACE_SECONDS
 
     def parent_pattern(self, keys: TableKeys) -> KeyPattern:
         return keys.patterns(self.parent)

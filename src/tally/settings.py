@@ -33,6 +33,9 @@ class Settings(BaseModel):
     alert_reminder_hours: int = Field(default=0, ge=0, alias="ALERT_REMINDER_HOURS")
     # How long a hot parent's remainder may wait for the batch that cancels it (SQS: whole s).
     carry_seconds: int = Field(default=5, ge=0, le=900, alias="CARRY_SECONDS")
+    # The stream mapping's ParallelizationFactor: above 1, records of one item collection
+    # may be verified out of order in concurrent batches, which the carry cannot fold.
+    parallelization_factor: int = Field(default=1, ge=1, le=10, alias="PARALLELIZATION_FACTOR")
 
     def require(self, name: str) -> str:
         """A setting the calling function cannot work without; names the variable if unset."""

@@ -250,8 +250,19 @@ def check_rogue_overwrite(run: Run, response: Any) -> None:
 
 
 def check_malformed(run: Run, response: Any) -> None:
-    # Neither the string counter nor the record without keys may block the shard.
-    repaired("invalid_counter", "string of 2 characters", 3, "critical")(run, response)
+    # Neither the string counter nor the record without keys may block the shard, and a
+    # counter holding text is alerted, never overwritten: a repair writes only over a number.
+    assert response == {"batchItemFailures": []}
+    alert = one_alert(run)
+    assert (alert["kind"], alert["rule"], alert["key"]) == ("invalid_counter", "likes", POST)
+    assert (alert["stored"], alert["actual"], alert["severity"]) == (
+        "string of 2 characters",
+        3,
+        "critical",
+    )
+    assert alert["repair"]["status"] == "skipped"
+    assert like_tally(run) == "12"
+    assert run.queued_rechecks() == 0
 
 
 def check_gap_found(run: Run) -> None:
@@ -371,8 +382,10 @@ def check_scheduled_audit(run: Run, response: Any) -> None:
         "findings",
         "repairs",
         "seconds",
+        "state",
     }
     assert response["rules"] == ["likes", "order-total", "issue-numbers", "user-numbers"]
+    assert [(s["kind"], s["status"]) for s in response["state"]] == [("drift", "new")]
     assert (response["engine"], response["items_scanned"]) == ("scan", len(AUDIT_SEED))
     assert response["parents_checked"] == {"likes": 1, "order-total": 1, "issue-numbers": 1}
     # Only the post whose scanned numbers disagree is recounted; the order agrees.

@@ -89,3 +89,31 @@ def test_an_error_while_checking_stops_the_scanning_threads_and_is_raised(
     with pytest.raises(RuntimeError, match="the table went away"):
         full_audit(checker, segments=4)
     assert threading.active_count() == before
+
+
+@pytest.mark.parametrize("alerting", [False, True])
+def test_the_audit_report_shows_drift_already_alerted_as_standing(
+    stack: Stack, alerting: bool
+) -> None:
+    """What is wrong now: a drift the stream alerted is in the report, marked standing."""
+    writer = TallyWriter(stack.dynamodb, stack.table, RULES)
+    stack.put({"PK": "ORDER#1", "SK": "META", "total": Decimal("0")})
+    writer.add_child({"PK": "ORDER#1", "SK": "LINE#1"}, {"amount": Decimal("12.34")})
+    stack.settle()
+    stack.dynamodb.update_item(  # a rogue total on an alert-only rule: alerted, not repaired
+        TableName=stack.table,
+        Key={"PK": {"S": "ORDER#1"}, "SK": {"S": "META"}},
+        UpdateExpression="SET #t = :t",
+        ExpressionAttributeNames={"#t": "total"},
+        ExpressionAttributeValues={":t": {"N": "99"}},
+    )
+    stack.settle()
+    [alerted] = stack.alerts()
+    checker = runtime.reconciler()
+    checker.alerting = alerting
+    report = full_audit(checker, rule="order-total")
+    [off] = report.state
+    assert (off.finding.kind, off.finding.key, off.status) == ("drift", alerted["key"], "standing")
+    assert off.alerted_at is not None and off.alerted_at[:10] == alerted["detected_at"][:10]
+    assert report.as_json()["state"][0]["status"] == "standing"
+    assert stack.alerts() == []  # SNS stays de-duplicated

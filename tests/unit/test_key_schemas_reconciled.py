@@ -159,11 +159,22 @@ def test_a_count_on_a_number_sort_key_counts_the_positive_numbers(ddb: Any) -> N
 
 def test_a_void_on_a_number_sort_key_is_a_number(ddb: Any) -> None:
     table = table_for(ddb, PROJECTS, "projects")
-    assert table.put_void(
-        sequence(PROJECTS, "issues"), {"pk": "p1", "sk": "0"}, 4, "r1", [log_put("r1")]
-    )
+    put(ddb, "projects", pk="p1", sk=0, lastIssue=4)
+    counter = {"pk": "p1", "sk": "0"}
+    rule = sequence(PROJECTS, "issues")
+    assert table.put_void(rule, counter, 4, counter, "r1", [log_put("r1")]) == "written"
     item = ddb.get_item(TableName="projects", Key=serialize({"pk": "p1", "sk": 4}))["Item"]
     assert deserialize(item)["void"] is True
+
+
+def test_a_void_needs_its_counter_item_holding_the_number_handed_out(ddb: Any) -> None:
+    table = table_for(ddb, PROJECTS, "projects")
+    counter = {"pk": "p1", "sk": "0"}
+    rule = sequence(PROJECTS, "issues")
+    assert table.put_void(rule, counter, 2, counter, "r1", [log_put("r1")]) == "gone"
+    put(ddb, "projects", pk="p1", sk=0, lastIssue=1)  # a key reused: 2 not handed out yet
+    assert table.put_void(rule, counter, 2, counter, "r2", [log_put("r2")]) == "gone"
+    assert "Item" not in ddb.get_item(TableName="projects", Key=serialize({"pk": "p1", "sk": 2}))
 
 
 def test_partition_members_are_read_up_to_the_counter_and_on_while_found(ddb: Any) -> None:
@@ -181,7 +192,9 @@ def test_partition_members_are_read_up_to_the_counter_and_on_while_found(ddb: An
 def test_a_void_in_a_partition_of_its_own(ddb: Any) -> None:
     table = table_for(ddb, ORDERS, "orders")
     rule = sequence(ORDERS, "order-ids")
-    assert table.put_void(rule, {"pk": "orderCounter"}, 3, "r2", [log_put("r2")])
+    counter = {"pk": "orderCounter"}
+    put(ddb, "orders", pk="orderCounter", count=5)
+    assert table.put_void(rule, counter, 3, counter, "r2", [log_put("r2")]) == "written"
     assert "Item" in ddb.get_item(TableName="orders", Key=serialize({"pk": "3"}))
     put(ddb, "orders", pk="4")
-    assert not table.put_void(rule, {"pk": "orderCounter"}, 4, "r3", [log_put("r3")])
+    assert table.put_void(rule, counter, 4, counter, "r3", [log_put("r3")]) == "arrived"

@@ -36,7 +36,9 @@ def proposed(keys: TableKeys, items: list[dict[str, Any]], limit: int = 1000) ->
 
 def rule(rules: RuleSet) -> dict[str, Any]:
     [only] = list(rules)
-    return only.model_dump(exclude_none=True, exclude={"name", "repair", "grace_seconds"})
+    return only.model_dump(
+        exclude_none=True, exclude={"name", "repair", "grace_seconds", "orphan_grace_seconds"}
+    )
 
 
 def posts(n: int, seed: int = 1, drifted: int = 0) -> list[dict[str, Any]]:

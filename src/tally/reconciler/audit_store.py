@@ -207,6 +207,8 @@ class AuditStore:
             "PK": _parent_pk(finding),
             "SK": _standing_sk(finding),
             "alertKey": finding.alert_key,
+            "findingId": finding.finding_id,
+            "alertedAt": _iso(now),
             "remindAt": now + remind_seconds if remind_seconds else NEVER,
             "expiresAt": now + FINDING_TTL,
         }
@@ -220,6 +222,17 @@ class AuditStore:
                 "ExpressionAttributeValues": serialize({":key": finding.alert_key, ":now": now}),
             }
         }
+
+    def alerted_at(self, finding: Finding) -> str | None:
+        """When this finding (same broken state, any outcome) was alerted and still stands."""
+        key = {"PK": _parent_pk(finding), "SK": _standing_sk(finding)}
+        response = self.client.get_item(
+            TableName=self.table_name, Key=serialize(key), ConsistentRead=True
+        )
+        slot = deserialize(response.get("Item") or {})
+        if slot.get("findingId") != finding.finding_id:
+            return None
+        return str(slot.get("alertedAt") or "unknown")
 
     def standing_delete(self, finding: Finding) -> dict[str, Any]:
         """A Delete that ends the finding's standing slot (its repair applied)."""

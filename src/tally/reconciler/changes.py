@@ -99,8 +99,8 @@ class Group:
     # Count/sum: each record's share of the remainder (counter delta - child delta), by
     # sequence number, so a carry adds a redelivered record only once.
     deltas: list[tuple[str, Decimal]] = field(default_factory=list)
-    # Count/sum: the counter as the group's last parent record left it (None: not seen).
-    counter_value: Decimal | None = None
+    # Count/sum: the counter as the group's first parent record found it (None: not seen).
+    counter_before: Decimal | None = None
 
     @property
     def first_seen(self) -> str | None:
@@ -302,7 +302,8 @@ def _fold_parent(
     else:
         delta = after_n - before_n
         group.counter_delta += delta
-        group.counter_value = after_n
+        if group.counter_before is None:
+            group.counter_before = before_n
         group.deltas.append((sequence_number, delta))
 
 

@@ -277,3 +277,13 @@ def _digest(basis: list[Any]) -> str:
 def _short(value: Any) -> str:
     text = json.dumps(_plain(value), default=str)
     return text if len(text) <= 16 else text[:13] + "..."
+
+
+@dataclass(frozen=True)
+class Off:
+    """A parent found off: ``new`` (alerted now, or would be), ``standing`` (alerted before
+    and still unrepaired) or ``unconfirmed`` (a second look decides: orphans, a lag)."""
+
+    finding: Finding
+    status: str
+    alerted_at: str | None = None

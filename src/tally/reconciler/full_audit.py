@@ -29,6 +29,7 @@ from typing import Any
 
 from tally.dynamodb import deserialize
 from tally.reconciler.candidates import Candidate
+from tally.reconciler.findings import Off
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.verification import Reconciler
 from tally.rules import AttributeMembers, CountRule, IndexMembers, Key, SequenceRule, SumRule
@@ -57,6 +58,8 @@ class AuditReport:
     findings: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    # Every parent found off: new, standing (alerted before, still off) or unconfirmed.
+    state: list[Off] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,10 @@ class AuditReport:
             "findings": dict(self.findings),
             "repairs": dict(self.repairs),
             "seconds": round(self.seconds, 3),
+            "state": [
+                off.finding.body() | {"status": off.status, "alerted_at": off.alerted_at}
+                for off in self.state
+            ],
         }
 
 
@@ -104,8 +111,11 @@ class Audit:
         self.report = AuditReport([r.name for r in rules], engine=engine)
         self._started = time.monotonic()
         self._before = Counter(reconciler.stats.findings), Counter(reconciler.stats.repairs)
+        self._off_from = len(reconciler.off)
         self._sleep = sleep
         self._due: list[Recheck] = []
+        # Orphans are judged on a second look a grace period later: inline, in ``finish``.
+        self._later: list[tuple[Recheck, int]] = []
 
     def check(self, target: AnyRule, key: Key, defer: bool, horizon: Any = None) -> None:
         """One candidate through the stream's path: recount, or the sequence recheck.
@@ -132,6 +142,7 @@ class Audit:
                 self._due.append(Recheck(target.name, key, seen, "full audit"))
             return
         self.report.recounted += 1
+        reconciler.inline_rechecks = None if defer else self._later
         if target.lag_seconds is None:
             reconciler.verify_parent(target, key, None)
         else:
@@ -147,14 +158,17 @@ class Audit:
     def finish(self) -> AuditReport:
         """Judge the inline sequences once their horizons are a grace period old; report."""
         grace = max((_grace(self.reconciler, r) for r in self._due), default=0)
+        grace = max([grace, *(delay for _, delay in self._later)])
         if grace > 0:
             self._sleep(grace)  # every horizon was read by now: one wait ages them all
-        for recheck in self._due:
+        self.reconciler.inline_rechecks = None  # a second look that differs goes to the queue
+        for recheck in [*self._due, *(recheck for recheck, _ in self._later)]:
             self.reconciler.recheck(recheck)
         self.reconciler.flush_alerts()
         stats = self.reconciler.stats
         self.report.findings = stats.findings - self._before[0]
         self.report.repairs = stats.repairs - self._before[1]
+        self.report.state = self.reconciler.standing_state(self._off_from)
         self.report.seconds = time.monotonic() - self._started
         return self.report
 

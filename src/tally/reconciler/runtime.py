@@ -66,6 +66,7 @@ def reconciler() -> Reconciler:
         remind_seconds=env.alert_reminder_hours * 3600,
         carry_seconds=env.carry_seconds,
         open_carries=_OPEN_CARRIES,
+        carrying=env.parallelization_factor == 1,
     )
 
 

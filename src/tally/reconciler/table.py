@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from tally.dynamodb import (
     Backoff,
@@ -35,6 +35,7 @@ from tally.rules import (
 )
 
 AnyRule = CountRule | SumRule | SequenceRule
+VoidOutcome = Literal["written", "arrived", "gone"]
 _ABSENT = None
 _BATCH_GET = 100  # BatchGetItem's limit of keys per request
 
@@ -116,30 +117,13 @@ class TallyTable:
     def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
         """Count or sum the children with paginated consistent queries."""
         self.reads.recounts += 1
-        assert self._sk is not None
+        request = self._children_request(rule, parent_key)
         names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
-        span = rule.children_pattern(self.rules.table)
-        # Children share the parent's partition: a prefix of a string sort key, or (number
-        # sort key) every positive number.
-        condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
-        start = Decimal(0) if span.numeric else span.value
-        request: dict[str, Any] = {
-            "TableName": self.name,
-            "KeyConditionExpression": (
-                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
-            ),
-            "ExpressionAttributeValues": serialize(
-                {":pk": self._value(parent_key, self._pk), ":start": start}
-            ),
-            "ConsistentRead": True,
-            "ReturnConsumedCapacity": "TOTAL",
-        }
         if isinstance(rule, SumRule):
             request["ProjectionExpression"] = ", ".join(names.mapping.values())
             request["ExpressionAttributeNames"] = names.expression_names
         else:
             request["Select"] = "COUNT"  # the count alone: no item is returned
-            request["ExpressionAttributeNames"] = names.subset(self._pk, self._sk)
         total, children, unreadable = Decimal(0), 0, []
         for page in self.client.get_paginator("query").paginate(**request):
             self.reads.add(page, page["ScannedCount"])
@@ -154,6 +138,36 @@ class TallyTable:
                         unreadable.append(self.rules.key_of(item))
         actual = total if isinstance(rule, SumRule) else Decimal(children)
         return Tally(actual, children, tuple(unreadable))
+
+    def has_more_children(self, rule: CountRule | SumRule, parent_key: Key, than: int) -> bool:
+        """Does the parent have more than ``than`` children? One ``Select=COUNT`` query of at
+        most ``than + 1`` children (about 1 RCU for small ones), not a recount."""
+        request = self._children_request(rule, parent_key)
+        request |= {"Select": "COUNT", "Limit": than + 1, "ConsistentRead": False}
+        response = self.client.query(**request)
+        self.reads.add(response, response["ScannedCount"])
+        return response["Count"] > than or "LastEvaluatedKey" in response
+
+    def _children_request(self, rule: CountRule | SumRule, parent_key: Key) -> dict[str, Any]:
+        """A consistent query of the parent's children: they share its partition, under a
+        prefix of a string sort key, or (number sort key) at every positive number."""
+        assert self._sk is not None
+        names = Names.of(self._pk, self._sk)
+        span = rule.children_pattern(self.rules.table)
+        condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
+        start = Decimal(0) if span.numeric else span.value
+        return {
+            "TableName": self.name,
+            "KeyConditionExpression": (
+                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
+            ),
+            "ExpressionAttributeNames": names.expression_names,
+            "ExpressionAttributeValues": serialize(
+                {":pk": self._value(parent_key, self._pk), ":start": start}
+            ),
+            "ConsistentRead": True,
+            "ReturnConsumedCapacity": "TOTAL",
+        }
 
     def member_numbers(
         self, rule: SequenceRule, counter_key: Key, above: int
@@ -311,9 +325,15 @@ class TallyTable:
         marker: str,
         logged: Sequence[Mapping[str, Any]],
     ) -> bool:
-        """SET counter = value, only if counter and revision still hold what was verified."""
-        names = Names.of(rule.counter, rule.revision, REPAIR_MARKER)
-        fences = [_fence(names[rule.counter], ":stored", verified.counter)]
+        """SET counter = value, only if the parent still exists with the counter and revision
+        that were verified: a repair never creates a parent, nor writes over a non-number."""
+        if not verified.exists or not _number_or_absent(verified.counter):
+            raise ValueError(f"{rule.name}: a repair writes only over a number it has judged")
+        names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
+        fences = [
+            f"attribute_exists({names[self._pk]})",
+            _fence(names[rule.counter], ":stored", verified.counter),
+        ]
         values: dict[str, Any] = {":value": value, ":marker": marker}
         if verified.counter is not _ABSENT:
             values[":stored"] = verified.counter
@@ -369,10 +389,17 @@ class TallyTable:
         rule: SequenceRule,
         counter_key: Key,
         number: int,
+        anchor: Key,
         marker: str,
         logged: Sequence[Mapping[str, Any]],
-    ) -> bool:
-        """A VOID tombstone for a missing number, only where no member exists."""
+    ) -> VoidOutcome:
+        """A VOID tombstone for a missing number, only where no member exists, and only while
+        the sequence stands: its counter item exists and handed the number out (``anchor`` is
+        the counter's key), or, without a counter, the member at ``anchor`` still exists.
+
+        "written", "arrived" (a member holds the number after all) or "gone" (the sequence
+        is not there any more: nothing may be written under it).
+        """
         item: dict[str, Any] = {"void": True, REPAIR_MARKER: marker}
         item |= self.rules.table.typed(self.void_key(rule, counter_key, number))
         if isinstance(rule.members, IndexMembers):
@@ -389,7 +416,28 @@ class TallyTable:
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        return self._fenced([put, *logged])
+        stands = self._sequence_stands(rule, anchor, number)
+        try:
+            transact(self.client, [put, stands, *logged], None, self.backoff)
+        except Cancelled as cancelled:
+            return "gone" if cancelled.failed(1) else "arrived"
+        return "written"
+
+    def _sequence_stands(self, rule: SequenceRule, anchor: Key, number: int) -> dict[str, Any]:
+        """The condition that the sequence still exists: its counter handed ``number`` out,
+        or (members only) its member at ``anchor`` is still there."""
+        names = Names.of(self._pk, rule.counter if rule.has_counter else None)
+        condition = f"attribute_exists({names[self._pk]})"
+        check: dict[str, Any] = {
+            "TableName": self.name,
+            "Key": self._key(anchor),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names.expression_names,
+        }
+        if rule.has_counter:
+            check["ConditionExpression"] += f" AND {names[rule.counter]} >= :number"
+            check["ExpressionAttributeValues"] = serialize({":number": Decimal(number)})
+        return {"ConditionCheck": check}
 
     def _index_void_key(self, rule: SequenceRule, members: IndexMembers, number: int) -> Key:
         pattern = members.key
@@ -424,6 +472,10 @@ class TallyTable:
         except Cancelled:
             return False
         return True
+
+
+def _number_or_absent(value: Any) -> bool:
+    return value is _ABSENT or (isinstance(value, Decimal) and value.is_finite())
 
 
 def _fence(name: str, placeholder: str, verified: Any) -> str:

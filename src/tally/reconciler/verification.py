@@ -35,7 +35,7 @@ from botocore.exceptions import ClientError
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore, Carry
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
-from tally.reconciler.findings import AlertMessage, Finding, Kind, Repair, shown
+from tally.reconciler.findings import AlertMessage, Finding, Kind, Off, Repair, shown
 from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.rechecks import Observed, Recheck, RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
@@ -136,6 +136,7 @@ class Reconciler:
         ledger: MemberLedger | None = None,
         carry_seconds: int = 5,
         open_carries: set[CarryId] | None = None,
+        carrying: bool = True,
     ):
         self.rules = rules
         self.table = table
@@ -149,11 +150,17 @@ class Reconciler:
         self.alerting = True
         self._ledger = ledger
         self.carry_seconds = carry_seconds
-        # False for a replay: its records may be older than what the carry already folded.
-        self.carrying = True
+        # False for a replay (its records may be older than what the carry already folded)
+        # and under a ParallelizationFactor above 1 (an item collection's records may arrive
+        # out of order in concurrent batches).
+        self.carrying = carrying
         self.open_carries = open_carries if open_carries is not None else set()
+        # Set by an inline full audit: orphans' second looks wait in the audit, not the queue.
+        self.inline_rechecks: list[tuple[Recheck, int]] | None = None
         self.stats = Stats()
         self.log: list[Finding] = []
+        # Every parent found off, alerted now or standing from before: the audit's whole state.
+        self.off: list[Off] = []
 
     @property
     def ledger(self) -> MemberLedger:
@@ -235,13 +242,15 @@ class Reconciler:
     def small_parent(self, rule: TallyRule, group: Group) -> tuple[bool, ParentState | None]:
         """Is a recount cheaper than the carry? With the parent's read, when it took one.
 
-        Count rules show their counter in the stream; a group of child records only reads
-        it (that read then opens the recount). Sums say nothing of their children's number.
+        A count parent's size is its counter as the batch found it, before its first write:
+        a rogue write of a large value does not make a small parent look hot. A group of
+        child records only reads the counter (that read then opens the recount). A sum says
+        nothing of its children's number: one bounded ``Select=COUNT`` tells.
         """
         if not isinstance(rule, CountRule):
-            return False, None
-        if group.counter_value is not None:
-            return group.counter_value <= SMALL_PARENT, None
+            return not self.table.has_more_children(rule, group.parent_key, SMALL_PARENT), None
+        if group.counter_before is not None:
+            return group.counter_before <= SMALL_PARENT, None
         state = self.table.read_parent(rule, group.parent_key)
         counter = state.counter if state.counter is not None else Decimal(0)
         if not state.exists or not _valid_counter(rule, counter):
@@ -337,8 +346,12 @@ class Reconciler:
         retry_fence: bool = True,
         first: ParentState | None = None,
         first_seen: str | None = None,
+        observed: Observed | None = None,
     ) -> None:
-        """Recount one parent (``first``: its read already taken); repair and report."""
+        """Recount one parent (``first``: its read already taken); repair and report.
+
+        ``observed``: the orphans an earlier look saw (children without their parent).
+        """
         snapshot = self.settled_recount(rule, key, first)
         if snapshot is None:
             self.stats.deferred += 1
@@ -350,6 +363,9 @@ class Reconciler:
             self.stats.consistent += 1
             if not self.policy.writes(rule):
                 self.store.clear_standing(rule.name, key)  # a drift that returns is news
+            return
+        if finding.kind == "orphans":
+            self.judge_orphans(rule, key, finding, observed)
             return
         if self.repair(rule, key, snapshot, finding):
             return
@@ -363,6 +379,22 @@ class Reconciler:
             )
         )
         self.schedule_recheck(rule, key, 0, "repair fence failed twice")
+
+    def judge_orphans(
+        self, rule: TallyRule, key: Key, finding: Finding, observed: Observed | None
+    ) -> None:
+        """Children (or members) without their parent: a cascade deleting them is normal, so
+        they are a finding only once the same ones were seen a grace period apart. Alert-only:
+        no parent is ever created for them."""
+        seen = _observation(finding)
+        if rule.orphan_grace_seconds and not _same(observed, seen):
+            self.off.append(Off(finding, "unconfirmed"))
+            reason = "orphans: waiting for a cascade"
+            delay = rule.orphan_grace_seconds
+            self.schedule_recheck(rule, key, 0, reason, seen, delay=delay)
+            return
+        why = "orphaned children are never deleted, nor a parent created, automatically"
+        self.report(finding.with_repair(Repair("skipped", why)))
 
     def settled_recount(
         self, rule: TallyRule, key: Key, first: ParentState | None = None
@@ -457,6 +489,7 @@ class Reconciler:
             return
         seen = _observation(finding)
         if finding.kind != "invalid_counter" and not _same(observed, seen):
+            self.off.append(Off(finding, "unconfirmed"))
             if observed is None or _offset(observed) == _offset(seen):
                 # First sight, or the offset held while the parent moved: look a lag later.
                 self.schedule_recheck(rule, key, 0, "aggregated counter off after its lag", seen)
@@ -471,12 +504,9 @@ class Reconciler:
 
     def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
         """Repair and report the finding; False when the fence failed (nothing written)."""
-        if finding.kind == "orphans":
-            self.report(
-                finding.with_repair(
-                    Repair("skipped", "orphaned children are never deleted automatically")
-                )
-            )
+        if finding.kind == "invalid_counter":
+            why = "the counter holds no number: a repair writes only over a number it judged"
+            self.report(finding.with_repair(Repair("skipped", why)))
             return True
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
@@ -560,16 +590,23 @@ class Reconciler:
         reason: str,
         observed: Observed | None = None,
         carry_since: int = 0,
+        delay: int | None = None,
     ) -> None:
-        if isinstance(rule, SequenceRule):
-            delay = rule.grace_seconds
-        else:
-            delay = (
-                self.carry_seconds if carry_since else rule.lag_seconds or self.settle.defer_seconds
-            )
+        if delay is None:
+            delay = self._recheck_delay(rule, carry_since)
         recheck = Recheck(rule.name, key, counter_seen, reason, observed, carry_since)
+        if self.inline_rechecks is not None and reason in _INLINE_REASONS:
+            self.inline_rechecks.append((recheck, delay))  # the full audit waits them out
+            return
         self.rechecks.schedule(recheck, delay)
         self.stats.rechecks += 1
+
+    def _recheck_delay(self, rule: TallyRule | SequenceRule, carry_since: int) -> int:
+        if isinstance(rule, SequenceRule):
+            return rule.grace_seconds
+        if carry_since:
+            return self.carry_seconds
+        return rule.lag_seconds or self.settle.defer_seconds
 
     def report_decreases(self, rule: SequenceRule, group: Group) -> None:
         """A sequence never goes backwards: a decrease is a finding now, even if healed later."""
@@ -608,20 +645,27 @@ class Reconciler:
                 if not self.recheck_carry(rule, key, recheck.carry_since):
                     return  # nothing left to recount: no read beyond the carry's
             else:
-                self.verify_parent(rule, key, None)
+                self.verify_parent(rule, key, None, observed=recheck.observed)
             self.flush_alerts()
             return
         watermark = self.store.watermark(rule.name, key)
         members = self.member_numbers(rule, key, above=watermark)
         counter = self.table.read_parent(rule, key)
-        held = Counter(number for number, _ in members)
         self.stats.checked += 1
+        anchor = self.sequence_anchor(rule, key, counter, watermark, members, recheck)
+        if anchor is None:
+            self.flush_alerts()
+            return
+        held = Counter(number for number, _ in members)
         found = 0
         if rule.has_counter:
             found += self.report_counter(rule, key, counter, max(held, default=watermark), recheck)
         found += self.report_duplicates(rule, key, held)
         for low, high in _missing(watermark, recheck.counter_seen, held):
-            found += self.report_gap(rule, key, low, high, counter.counter, recheck, held)
+            reported = self.report_gap(rule, key, low, high, counter.counter, recheck, held, anchor)
+            if reported is None:
+                break  # the sequence went away meanwhile: nothing more is judged under it
+            found += reported
         if not found:
             self.stats.consistent += 1
         contiguous = watermark
@@ -630,6 +674,53 @@ class Reconciler:
         if contiguous > watermark:
             self.store.advance_watermark(rule.name, key, contiguous)
         self.flush_alerts()
+
+    def sequence_anchor(
+        self,
+        rule: SequenceRule,
+        key: Key,
+        counter: ParentState,
+        watermark: int,
+        members: list[tuple[int, Key]],
+        recheck: Recheck,
+    ) -> Key | None:
+        """The item whose existence justifies judging (and voiding) numbers: the counter item,
+        or without a counter the highest member. None: the sequence is not there to judge.
+
+        A counter item that is gone is no horizon: numbers that went away with it are no
+        gaps. Members it left behind are judged like orphans, once they persist; a sequence
+        gone with all its members starts again from its first number if its key is reused.
+        """
+        if rule.has_counter and counter.exists:
+            return key
+        remaining = members if members or not watermark else self.member_numbers(rule, key, 0)
+        if not remaining:
+            if watermark:
+                self.store.lower_watermark(rule.name, key, 0)
+            self.stats.consistent += 1
+            return None
+        if not rule.has_counter:
+            return max(remaining)[1]
+        count = len(remaining)
+        finding = Finding(
+            kind="counter_behind",
+            rule=rule.name,
+            table=self.table.name,
+            key=key,
+            attribute=rule.counter,
+            stored=None,
+            actual=Decimal(max(remaining)[0]),
+            detail=f"the counter item does not exist; {count} members remain",
+        )
+        seen = _observation(finding)
+        if rule.orphan_grace_seconds and not _same(recheck.observed, seen):
+            delay = rule.orphan_grace_seconds
+            reason = "orphans: waiting for a cascade"
+            self.schedule_recheck(rule, key, recheck.counter_seen, reason, seen, delay=delay)
+            return None
+        why = "the reconciler never creates a counter item"
+        self.report(finding.with_repair(Repair("skipped", why)))
+        return None
 
     def member_numbers(self, rule: SequenceRule, key: Key, above: int) -> list[tuple[int, Key]]:
         """Members above ``above``: from the table, or from the ledger (attribute layout)."""
@@ -662,11 +753,9 @@ class Reconciler:
             revision=counter.revision,
             detail="the next number handed out would collide with a member" if valid else "",
         )
-        if not counter.exists:
-            # The counter item is the user's: a missing one is reported, never created.
-            missing = replace(finding, revision=None, detail="the counter item does not exist")
-            why = "the reconciler never creates a counter item"
-            self.report(missing.with_repair(Repair("skipped", why)))
+        if not valid:
+            why = "the counter holds no number: a repair writes only over a number it judged"
+            self.report(finding.with_repair(Repair("skipped", why)))
             return 1
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
@@ -711,10 +800,12 @@ class Reconciler:
         stored: Any,
         recheck: Recheck,
         held: Counter[int],
-    ) -> int:
+        anchor: Key,
+    ) -> int | None:
         """Report the missing run low..high, each number as soon as its repair is decided.
 
         ``held`` learns the numbers now voided or found, so the watermark can pass them.
+        None: the sequence went away (its ``anchor`` is gone): nothing is reported.
         """
         base = Finding(
             kind="gap",
@@ -735,15 +826,19 @@ class Reconciler:
             return 1
         reported = 0
         for number in range(low, high + 1):
-            outcome = self.void(rule, key, replace(base, number=rule.shown_number(number)))
+            finding = replace(base, number=rule.shown_number(number))
+            outcome = self.void(rule, key, finding, anchor)
+            if outcome == "gone":
+                return None
             if outcome != "reported":
                 held[number] += 1  # voided, or the member arrived after all
             reported += outcome != "arrived"
         return reported
 
-    def void(self, rule: SequenceRule, key: Key, finding: Finding) -> str:
-        """Void a missing number and report it: "voided", "reported" (no write allowed), or
-        "arrived" (the member turned up meanwhile: no gap)."""
+    def void(self, rule: SequenceRule, key: Key, finding: Finding, anchor: Key) -> str:
+        """Void a missing number and report it: "voided", "reported" (no write allowed),
+        "arrived" (the member turned up meanwhile: no gap) or "gone" (the sequence went
+        away meanwhile: neither a gap nor a write)."""
         verdict = self.policy.verdict(rule, None, "VOID")
         if verdict is None and isinstance(rule.members, AttributeMembers):
             why = "the number is not a member's key: no tombstone can keep it from a late writer"
@@ -756,8 +851,9 @@ class Reconciler:
         repaired = finding.with_repair(Repair("applied", "VOID tombstone written", None, "VOID"))
         target = self.table.void_key(rule, key, number)
         work = self.repairing(repaired, target, {"void": True})
-        if not self.table.put_void(rule, key, number, work.marker, work.logged):
-            return "arrived"
+        outcome = self.table.put_void(rule, key, number, anchor, work.marker, work.logged)
+        if outcome != "written":
+            return outcome
         self.announce(repaired, work.message)
         return "voided"
 
@@ -769,6 +865,7 @@ class Reconciler:
         finding = finding.with_repair(repair)
         if not self.alerting:
             self._count(finding)
+            self.off.append(Off(finding, "seen"))  # new or standing: the audit store tells
             return
         message = AlertMessage.of(finding, finding.alert_id(finding.detected_at))
         items = [
@@ -778,12 +875,33 @@ class Reconciler:
         ]
         if self.store.enqueue(items):  # not alerted before: a finding of its own
             self._count(finding)
+            self.off.append(Off(finding, "new"))
             self.alerts.send(message)
             self.stats.alerts += 1
+        else:
+            self.off.append(Off(finding, "seen"))
+
+    def standing_state(self, start: int = 0) -> list[Off]:
+        """Every parent found off (from ``off[start]`` on), once each, marked ``new``,
+        ``standing`` (with when it was first alerted) or ``unconfirmed``, from the audit
+        table's standing slots."""
+        latest = {off.finding.finding_id: off for off in self.off[start:]}
+        state = []
+        for off in latest.values():
+            if off.status == "new":
+                state.append(off)
+                continue
+            since = self.store.alerted_at(off.finding)
+            if since is not None:
+                state.append(Off(off.finding, "standing", since))
+            else:
+                state.append(Off(off.finding, "new" if off.status == "seen" else off.status))
+        return state
 
     def announce(self, finding: Finding, message: AlertMessage) -> None:
         """Publish the alert an applied repair committed with it."""
         self._count(finding)
+        self.off.append(Off(finding, "new"))
         self.alerts.send(message)
         self.stats.alerts += 1
 
@@ -808,6 +926,10 @@ class Reconciler:
         if finding.first_seen:
             born = datetime.fromisoformat(finding.first_seen.replace("Z", "+00:00"))
             self.stats.drift_lifetimes.append((datetime.now(UTC) - born).total_seconds())
+
+
+# Rechecks an inline full audit waits out itself instead of sending them to the queue.
+_INLINE_REASONS = frozenset({"orphans: waiting for a cascade"})
 
 
 def _missing(watermark: int, horizon: int, held: Mapping[int, int]) -> Iterator[tuple[int, int]]:

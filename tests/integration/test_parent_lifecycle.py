@@ -1,0 +1,245 @@
+"""Parents are deleted and keys reused: nothing is written under a parent that is gone.
+
+Each case is a foreign application's raw boto3 writes against DynamoDB Local, verified by
+the real stream and recheck handlers. Whatever the application deletes, the reconciler may
+alert (once, and only for what persists), but it never writes under a parent that does not
+exist when its write commits.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from tally.reconciler import runtime
+from tally.rules import REPAIR_MARKER, load_rules
+from tally.writers import SequenceAllocator, TallyWriter
+from tests.integration.conftest import RULES_FILE, Stack
+from tests.utils import deserialize, serialize
+
+RULES = load_rules(RULES_FILE)
+PROJECT = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
+POST = {"PK": "POST#a91f", "SK": "META"}
+ORDER = {"PK": "ORDER#17", "SK": "META"}
+
+
+def collection(stack: Stack, pk: str) -> list[dict[str, Any]]:
+    """Every item under partition key ``pk``, read consistently."""
+    pages = stack.dynamodb.get_paginator("query").paginate(
+        TableName=stack.table,
+        KeyConditionExpression="PK = :pk",
+        ExpressionAttributeValues={":pk": {"S": pk}},
+        ConsistentRead=True,
+    )
+    return [deserialize(item) for page in pages for item in page["Items"]]
+
+
+def reconciler_writes(stack: Stack) -> list[dict[str, Any]]:
+    """Items in the table that carry the reconciler's marker or are VOID tombstones."""
+    pages = stack.dynamodb.get_paginator("scan").paginate(
+        TableName=stack.table, ConsistentRead=True
+    )
+    items = [deserialize(item) for page in pages for item in page["Items"]]
+    return [item for item in items if REPAIR_MARKER in item or item.get("void")]
+
+
+def project_with_issues(stack: Stack, issues: int = 3) -> list[dict[str, Any]]:
+    numbers = SequenceAllocator(stack.dynamodb, stack.table, RULES)
+    for _ in range(issues):
+        numbers.allocate(PROJECT, attributes={"title": "an issue"})
+    stack.settle()
+    assert stack.alerts() == []
+    keys = [item for item in collection(stack, "PROJECT#A")]
+    assert len(keys) == issues + 1
+    return [{"PK": item["PK"], "SK": item["SK"]} for item in keys]
+
+
+def post_with_likes(stack: Stack, likes: int) -> None:
+    stack.put({**POST, "likeTally": 0})
+    w = TallyWriter(stack.dynamodb, stack.table, RULES)
+    for user in range(likes):
+        w.add_child({"PK": "POST#a91f", "SK": f"LIKE#USER#{user}"})
+    stack.settle()
+    assert stack.alerts() == []
+
+
+def test_a_project_deleted_with_its_issues_in_one_batch_write_is_no_gap(stack: Stack) -> None:
+    keys = project_with_issues(stack)
+    stack.dynamodb.batch_write_item(
+        RequestItems={stack.table: [{"DeleteRequest": {"Key": serialize(k)}} for k in keys]}
+    )
+    stack.settle()
+    assert stack.alerts() == []
+    assert collection(stack, "PROJECT#A") == []
+
+
+def test_a_project_deleted_with_its_issues_in_one_transaction_is_no_gap(stack: Stack) -> None:
+    keys = project_with_issues(stack)
+    stack.dynamodb.transact_write_items(
+        TransactItems=[{"Delete": {"TableName": stack.table, "Key": serialize(k)}} for k in keys]
+    )
+    stack.settle()
+    assert stack.alerts() == []
+    assert collection(stack, "PROJECT#A") == []
+
+
+def test_a_project_counter_deleted_and_its_issues_a_moment_later_is_no_gap(stack: Stack) -> None:
+    keys = project_with_issues(stack)
+    stack.delete(PROJECT["PK"], PROJECT["SK"])
+    stack.pump()
+    for key in keys:
+        if key != PROJECT:
+            stack.delete(key["PK"], key["SK"])
+    stack.settle()
+    assert stack.alerts() == []
+    assert collection(stack, "PROJECT#A") == []
+
+
+def test_a_project_deleted_and_its_key_reused_numbers_from_one_again(stack: Stack) -> None:
+    keys = project_with_issues(stack)
+    stack.dynamodb.batch_write_item(
+        RequestItems={stack.table: [{"DeleteRequest": {"Key": serialize(k)}} for k in keys]}
+    )
+    stack.settle()
+    numbers = SequenceAllocator(stack.dynamodb, stack.table, RULES)
+    for _ in range(2):
+        numbers.allocate(PROJECT, attributes={"title": "a new life"})
+    stack.settle()
+    assert stack.alerts() == []
+    assert sorted(i["SK"] for i in collection(stack, "PROJECT#A")) == [
+        "COUNTER#ISSUE",
+        "ISSUE#0000000001",
+        "ISSUE#0000000002",
+    ]
+
+
+def test_a_sample_gap_event_on_an_empty_table_writes_nothing(stack: Stack) -> None:
+    """A recheck for a project the table never held (a sample event, a stale message)."""
+    from tally.reconciler.rechecks import Recheck, RecheckQueue
+
+    RecheckQueue(stack.sqs, stack.recheck_queue).schedule(
+        Recheck("issue-numbers", PROJECT, 4, "a sample event"), 0
+    )
+    stack.settle()
+    assert stack.alerts() == []
+    assert collection(stack, "PROJECT#A") == []
+
+
+def test_a_void_never_lands_under_a_counter_deleted_before_it_commits(stack: Stack) -> None:
+    """The project goes away between the recheck's reads and its VOID: nothing is written."""
+    numbers = SequenceAllocator(stack.dynamodb, stack.table, RULES)
+    for _ in range(3):
+        numbers.allocate(PROJECT, attributes={"title": "an issue"})
+    stack.delete("PROJECT#A", "ISSUE#0000000002")  # a rogue delete: a real gap
+    records = stack.records()
+    client = runtime._clients()[0]
+
+    def delete_project(**_: Any) -> None:
+        client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", delete_project)
+        for item in collection(stack, "PROJECT#A"):
+            stack.delete(item["PK"], item["SK"])
+
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", delete_project)
+    stack.deliver(records)
+    stack.settle()
+    assert collection(stack, "PROJECT#A") == []
+    assert reconciler_writes(stack) == []
+
+
+def test_a_repair_never_creates_a_post_deleted_before_it_commits(stack: Stack) -> None:
+    """Drift judged on a post that is deleted before the repair commits: no item appears.
+
+    The post was put by a foreign writer without counter or revision, so a fence on their
+    absence alone would hold on a deleted item too (and UpdateItem would create it).
+    """
+    stack.put(POST)
+    stack.put({"PK": "POST#a91f", "SK": "LIKE#USER#1"})
+    stack.put({"PK": "POST#a91f", "SK": "LIKE#USER#2"})
+    records = stack.records()
+    client = runtime._clients()[0]
+
+    def delete_post(**_: Any) -> None:
+        client.meta.events.unregister("before-call.dynamodb.TransactWriteItems", delete_post)
+        stack.delete(POST["PK"], POST["SK"])
+
+    client.meta.events.register("before-call.dynamodb.TransactWriteItems", delete_post)
+    stack.deliver(records)
+    assert stack.item(POST["PK"], POST["SK"]) is None
+    assert reconciler_writes(stack) == []
+
+
+def test_likes_a_cleanup_deletes_a_moment_after_their_post_raise_no_alert(stack: Stack) -> None:
+    post_with_likes(stack, 5)
+    stack.delete(POST["PK"], POST["SK"])
+    stack.pump()  # the post's removal: its likes are left for a moment
+    assert stack.alerts() == []
+    for user in range(5):
+        stack.delete("POST#a91f", f"LIKE#USER#{user}")
+    stack.settle()
+    assert stack.alerts() == []
+    assert collection(stack, "POST#a91f") == []
+
+
+def test_likes_left_for_good_are_one_orphans_alert_and_no_write(stack: Stack) -> None:
+    post_with_likes(stack, 3)
+    stack.delete(POST["PK"], POST["SK"])
+    stack.settle()
+    stack.run_rechecks()
+    stack.settle()
+    [alert] = stack.alerts()
+    assert (alert["kind"], alert["actual"], alert["repair"]["status"]) == ("orphans", 3, "skipped")
+    assert stack.item(POST["PK"], POST["SK"]) is None
+    assert reconciler_writes(stack) == []
+
+
+def test_a_post_deleted_with_its_likes_and_its_key_reused_is_clean(stack: Stack) -> None:
+    post_with_likes(stack, 3)
+    keys = [POST] + [{"PK": "POST#a91f", "SK": f"LIKE#USER#{u}"} for u in range(3)]
+    stack.dynamodb.batch_write_item(
+        RequestItems={stack.table: [{"DeleteRequest": {"Key": serialize(k)}} for k in keys]}
+    )
+    stack.settle()
+    post_with_likes(stack, 2)
+    assert stack.alerts() == []
+    assert stack.item(POST["PK"], POST["SK"])["likeTally"] == 2  # type: ignore[index]
+
+
+def test_an_order_deleted_with_its_lines_is_clean(stack: Stack) -> None:
+    stack.put({**ORDER, "total": 0})
+    w = TallyWriter(stack.dynamodb, stack.table, RULES)
+    w.add_child({"PK": "ORDER#17", "SK": "LINE#1"}, {"amount": Decimal("19.99")})
+    w.add_child({"PK": "ORDER#17", "SK": "LINE#2"}, {"amount": Decimal("5.01")})
+    stack.settle()
+    keys = [ORDER, {"PK": "ORDER#17", "SK": "LINE#1"}, {"PK": "ORDER#17", "SK": "LINE#2"}]
+    stack.dynamodb.transact_write_items(
+        TransactItems=[{"Delete": {"TableName": stack.table, "Key": serialize(k)}} for k in keys]
+    )
+    stack.settle()
+    assert stack.alerts() == []
+    assert collection(stack, "ORDER#17") == []
+
+
+@pytest.mark.parametrize("recreated", [False, True])
+def test_a_post_deleted_while_its_recheck_is_pending_gets_no_write(
+    stack: Stack, recreated: bool
+) -> None:
+    """A carry or deferred recheck outlives its parent: it judges the table as it is then."""
+    post_with_likes(stack, 2)
+    from tally.reconciler.rechecks import Recheck, RecheckQueue
+
+    RecheckQueue(stack.sqs, stack.recheck_queue).schedule(
+        Recheck("likes", POST, 0, "parent kept changing during recount"), 0
+    )
+    keys = [POST] + [{"PK": "POST#a91f", "SK": f"LIKE#USER#{u}"} for u in range(2)]
+    stack.dynamodb.batch_write_item(
+        RequestItems={stack.table: [{"DeleteRequest": {"Key": serialize(k)}} for k in keys]}
+    )
+    if recreated:
+        stack.put({**POST, "likeTally": 0})
+    stack.settle()
+    assert stack.alerts() == []
+    assert reconciler_writes(stack) == []
+    expected = [{**POST, "likeTally": 0}] if recreated else []
+    assert collection(stack, "POST#a91f") == expected
