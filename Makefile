@@ -7,7 +7,7 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck sam unit integration test demo demo-under-load bench-writers bench-reconciler bench-audit invoke clean
+.PHONY: venv install dynamodb-local lint typecheck sam asl unit integration test demo demo-under-load bench-writers bench-reconciler bench-audit invoke clean
 
 export SAM_CLI_TELEMETRY = 0
 
@@ -41,13 +41,22 @@ sam: $(STAMP)
 	$(VENV)/bin/cfn-lint template.yaml --parameters $(EXISTING_TABLE)
 	$(VENV)/bin/sam build --build-dir .aws-sam/build
 
+# The audit state machine's definition: the project's own checks (reachability, transitions,
+# substitutions, paths), then the npm registry's asl-validator, installed into .cache/npm.
+ASL_VALIDATOR = .cache/npm/node_modules/.bin/asl-validator
+$(ASL_VALIDATOR):
+	npm install --prefix .cache/npm --no-save --no-package-lock --no-audit --no-fund asl-validator@4.0.0
+
+asl: $(STAMP) $(ASL_VALIDATOR)
+	TALLY_REQUIRE_ASL_VALIDATOR=1 $(PY) -m pytest tests/unit/test_state_machine.py -q
+
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q
 
 integration: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
 	$(PY) -m pytest tests/integration -q
 
-test: lint typecheck sam unit integration
+test: lint typecheck sam asl unit integration
 
 # The whole story on the local stack; fails if any injected fault goes uncaught.
 demo: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
@@ -90,5 +99,5 @@ invoke: $(STAMP)
 	fi
 
 clean:
-	rm -rf build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .cache build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
 	find src tests benchmarks -name __pycache__ -type d -prune -exec rm -rf {} +

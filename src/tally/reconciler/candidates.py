@@ -75,7 +75,8 @@ class _Row(BaseModel):
     @classmethod
     def _number(cls, value: Any) -> Any:
         # The engines print DECIMAL(38, 9) with all nine places: 3.000000000 is 3.
-        if value is None:
+        # Runs before ``_empty_is_null``: Athena's NULL (an empty field) is None here too.
+        if value is None or value == "":
             return None
         try:
             return f"{Decimal(str(value)).normalize():f}"
