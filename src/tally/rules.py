@@ -512,12 +512,17 @@ class RuleSet:
 def load_rules(path: str | Path | None = None) -> RuleSet:
     """Load and validate a rules file (default: ``$RULES_FILE`` or the bundled example)."""
     path = Path(path or os.environ.get("RULES_FILE") or DEFAULT_RULES_FILE)
-    if not path.is_absolute() and not path.exists() and "LAMBDA_TASK_ROOT" in os.environ:
-        path = Path(os.environ["LAMBDA_TASK_ROOT"]) / path
     try:
+        if not path.is_absolute() and not path.exists() and "LAMBDA_TASK_ROOT" in os.environ:
+            path = Path(os.environ["LAMBDA_TASK_ROOT"]) / path
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise RulesFileError(f"rules file {path}: {error}") from error
+    except UnicodeDecodeError as error:
+        byte = f"byte {error.object[error.start]:#04x} at offset {error.start}"
+        raise RulesFileError(f"rules file {path}: not UTF-8 text ({byte})") from None
+    except RecursionError:
+        raise RulesFileError(f"rules file {path}: nested too deeply to read") from None
     return parse_rules(raw, source=str(path))
 
 
