@@ -51,6 +51,8 @@ Role = Literal["parent", "child", "member"]
 DEFAULT_RULES_FILE = Path(__file__).resolve().parent.parent / "rules.toml"
 # Set by every reconciler write on the counted table; no writer may set it (docs/verification.md).
 REPAIR_MARKER = "tallyRepair"
+# A rule's name goes into alerts, metric dimensions and audit-table keys (docs/rules.md).
+MAX_NAME_LENGTH = 64
 
 
 class RulesFileError(ValueError):
@@ -122,7 +124,9 @@ def _context_keys(info: ValidationInfo) -> TableKeys:
 
 
 class _RuleBase(_Strict):
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    name: Annotated[
+        str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=r"^[A-Za-z0-9_.-]+$")
+    ]
     parent: dict[str, str]
     counter: Annotated[str, Field(min_length=1)]
     revision: str | None = None
