@@ -136,7 +136,17 @@ def _parser() -> argparse.ArgumentParser:
         help="scan the table (read capacity), or query an export with DuckDB (none)",
     )
     audit.add_argument(
-        "--export", type=Path, metavar="PATH", help="with --engine duckdb: the export to audit"
+        "--export",
+        type=Path,
+        metavar="PATH",
+        help="with --engine duckdb: the export to audit, or a directory above exports: the "
+        "newest of the target's table is audited",
+    )
+    audit.add_argument(
+        "--export-of-another-table",
+        action="store_true",
+        help="with --export: audit an export of another table than the target's (refused "
+        "otherwise; its findings are judged against the target's live table)",
     )
     audit.add_argument("--json", action="store_true", help="the report and findings as JSON")
     _target(audit)
@@ -370,10 +380,16 @@ def _audit(options: argparse.Namespace) -> int:
         raise UsageError("--export goes with --engine duckdb, and --engine duckdb with --export")
     if options.export is not None and options.parent is not None:
         raise UsageError("--parent audits one parent by reading the table: not with --export")
-    export = _read_export(options.export) if options.export is not None else None
+    if options.export_of_another_table and options.export is None:
+        raise UsageError("--export-of-another-table goes with --engine duckdb --export")
+    if options.export is not None:
+        _exports_under(options.export)  # a path that holds no export: before any target
     with targets.environment(options.stack, rules_file(options)):
         rule = _rule(load_rules(), options.rule, options.parent)
         total = targets.item_count()
+        export = None
+        if options.export is not None:
+            export = _read_export(options.export, options.export_of_another_table)
         checker = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
         checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
@@ -383,7 +399,6 @@ def _audit(options: argparse.Namespace) -> int:
         if export is not None:
             from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
 
-            console.note(f"audit: export {export.export_id} ({export.item_count} items)")
             try:
                 report = duckdb_audit(checker, export, rule=rule)
             except DuckDBMissing as error:
@@ -406,13 +421,51 @@ def _audit(options: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
-def _read_export(path: Path) -> Any:
-    from tally.local.exports import ExportError, read_export
+def _exports_under(path: Path) -> None:
+    from tally.local.exports import ExportError, exports_under
 
     try:
-        return read_export(path)
-    except ExportError as error:
+        exports_under(path)
+    except (ExportError, OSError) as error:
         raise UsageError(f"--export {error}") from None
+
+
+def _read_export(path: Path, any_table: bool) -> Any:
+    """The export to audit, named on stderr: the target table's newest under ``path``, or
+    (``any_table``) another table's, said so."""
+    from tally.local.exports import ExportError, ForeignExportError, TableIdentity, export_of
+
+    target = TableIdentity.described(_target_table())
+    try:
+        export = export_of(path, target, any_table=any_table)
+    except ForeignExportError as error:
+        raise UsageError(f"--export {error}; --export-of-another-table audits it anyway") from None
+    except (ExportError, OSError) as error:
+        raise UsageError(f"--export {error}") from None
+    console.note(
+        f"audit: export {export.export_id} of table {export.table_arn or '(not named)'}, "
+        f"exported {export.export_time or '(time not named)'}, {export.item_count} items, "
+        f"in {export.directory}"
+    )
+    if not target.same(TableIdentity.exported(export.summary)):
+        console.note(
+            f"audit: that export is of another table than the target's ({target.arn}): "
+            "audited as "
+            "--export-of-another-table asks, its findings judged against the target's table"
+        )
+    if export.left_out:
+        console.note(f"audit: {export.left_out} exports of other tables under {path} left out")
+    return export
+
+
+def _target_table() -> dict[str, Any]:
+    """The target table's description (DescribeTable's ``Table``)."""
+    from tally.aws import client
+    from tally.settings import settings
+
+    dynamodb = client("dynamodb", config=targets.PREFLIGHT)
+    table: dict[str, Any] = dynamodb.describe_table(TableName=settings().table_name)["Table"]
+    return table
 
 
 def _export(options: argparse.Namespace) -> int:
