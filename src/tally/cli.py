@@ -10,8 +10,11 @@ the one ``--template`` names. The rules file is ``--rules``, else
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import os
+import stat
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -22,6 +25,7 @@ from tally import console, targets
 from tally.console import Failure, UsageError
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
+from tally.rules import load_rules
 
 EPILOG = "exit codes: 0 clean, 1 findings or failure, 2 usage"
 MAX_SEGMENTS = 64
@@ -39,8 +43,7 @@ def _run(options: argparse.Namespace) -> int:
     if template is None:
         code: int = options.run(options)
         return code
-    if not template.is_file():
-        raise UsageError(f"--template {template}: no such file")
+    template = named_file(template, "--template")
     with environ({"TALLY_TEMPLATE": str(template.absolute())}):
         code = options.run(options)
     return code
@@ -99,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     pump.add_argument("--until-idle", action="store_true", help="stop once all is delivered")
     pump.add_argument(
         "--max-seconds",
-        type=float,
+        type=_seconds,
         default=300.0,
         metavar="S",
         help="with --until-idle: give up after S seconds (default 300)",
@@ -133,7 +136,17 @@ def _parser() -> argparse.ArgumentParser:
         help="scan the table (read capacity), or query an export with DuckDB (none)",
     )
     audit.add_argument(
-        "--export", type=Path, metavar="PATH", help="with --engine duckdb: the export to audit"
+        "--export",
+        type=Path,
+        metavar="PATH",
+        help="with --engine duckdb: the export to audit, or a directory above exports: the "
+        "newest of the target's table is audited",
+    )
+    audit.add_argument(
+        "--export-of-another-table",
+        action="store_true",
+        help="with --export: audit an export of another table than the target's (refused "
+        "otherwise; its findings are judged against the target's live table)",
     )
     audit.add_argument("--json", action="store_true", help="the report and findings as JSON")
     _target(audit)
@@ -180,7 +193,9 @@ def _parser() -> argparse.ArgumentParser:
         "dynamodb-local", "fetch DynamoDB Local, or run it in the foreground", parents=False
     )
     ddb.add_argument("action", choices=["fetch", "run"])
-    ddb.add_argument("--port", type=int, default=8000, help="with run (default 8000)")
+    ddb.add_argument(
+        "--port", type=dynamodb_local.port_number, default=8000, help="with run (default 8000)"
+    )
     ddb.set_defaults(run=_dynamodb_local)
     return parser
 
@@ -204,6 +219,16 @@ def _segments(text: str) -> int:
         value = 0
     if not 1 <= value <= MAX_SEGMENTS:
         raise argparse.ArgumentTypeError(f"a whole number from 1 to {MAX_SEGMENTS}, not {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {text!r}")
     return value
 
 
@@ -243,9 +268,34 @@ def rules_option(parser: argparse.ArgumentParser) -> None:
 
 
 def rules_file(options: argparse.Namespace) -> Path | None:
-    """The rules file the user named (``--rules``, else ``RULES_FILE``), or None."""
-    given = getattr(options, "rules", None) or os.environ.get("RULES_FILE")
-    return Path(given).resolve() if given else None
+    """The rules file the user named (``--rules``, else ``RULES_FILE``), or None.
+
+    UsageError when it names no file (missing, a directory, a symlink loop).
+    """
+    if given := getattr(options, "rules", None):
+        return named_file(given, "--rules")
+    if from_environment := os.environ.get("RULES_FILE"):
+        return named_file(Path(from_environment), "RULES_FILE=")
+    return None
+
+
+def named_file(path: Path, option: str) -> Path:
+    """``path`` resolved, when it names something to read; UsageError saying what it names."""
+    shown = f"{option}{path}" if option.endswith("=") else f"{option} {path}"
+    try:
+        resolved = path.resolve()
+        mode = resolved.stat().st_mode
+    except RuntimeError:  # Python 3.11's resolve() on a symlink loop
+        raise UsageError(f"{shown}: a symlink loop") from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UsageError(f"{shown}: a symlink loop") from None
+        if error.errno in (errno.ENOENT, errno.ENOTDIR):
+            raise UsageError(f"{shown}: no such file") from None
+        raise UsageError(f"{shown}: {error.strerror or error}") from None
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{shown}: a directory, not a file")
+    return resolved
 
 
 # --- local stack and pump ---------------------------------------------------------------
@@ -286,9 +336,10 @@ def _pump(options: argparse.Namespace) -> int:
     from tally.local import runner
 
     state_dir = targets.state_dir()
-    pump = runner.pump(
-        targets.running(state_dir), state_dir, say=console.note, rules_file=rules_file(options)
-    )
+    rules = rules_file(options)
+    if rules is not None:  # a broken rules file stops the pump before it reads a record
+        load_rules(rules)
+    pump = runner.pump(targets.running(state_dir), state_dir, say=console.note, rules_file=rules)
     # The checkpoint is saved after every batch; a signal stops after the invocation in flight.
     with runner.stopped_by_signals(pump), console.live(lambda: _pump_status(pump.report)):
         if options.until_idle:
@@ -324,16 +375,21 @@ def _audit(options: argparse.Namespace) -> int:
     from tally.reconciler import runtime
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
-    from tally.rules import load_rules
 
     if (options.engine == "duckdb") != (options.export is not None):
         raise UsageError("--export goes with --engine duckdb, and --engine duckdb with --export")
     if options.export is not None and options.parent is not None:
         raise UsageError("--parent audits one parent by reading the table: not with --export")
-    export = _read_export(options.export) if options.export is not None else None
+    if options.export_of_another_table and options.export is None:
+        raise UsageError("--export-of-another-table goes with --engine duckdb --export")
+    if options.export is not None:
+        _exports_under(options.export)  # a path that holds no export: before any target
     with targets.environment(options.stack, rules_file(options)):
         rule = _rule(load_rules(), options.rule, options.parent)
         total = targets.item_count()
+        export = None
+        if options.export is not None:
+            export = _read_export(options.export, options.export_of_another_table)
         checker = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
         checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
@@ -343,7 +399,6 @@ def _audit(options: argparse.Namespace) -> int:
         if export is not None:
             from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
 
-            console.note(f"audit: export {export.export_id} ({export.item_count} items)")
             try:
                 report = duckdb_audit(checker, export, rule=rule)
             except DuckDBMissing as error:
@@ -366,13 +421,51 @@ def _audit(options: argparse.Namespace) -> int:
     return 1 if findings or report.state else 0
 
 
-def _read_export(path: Path) -> Any:
-    from tally.local.exports import ExportError, read_export
+def _exports_under(path: Path) -> None:
+    from tally.local.exports import ExportError, exports_under
 
     try:
-        return read_export(path)
-    except ExportError as error:
+        exports_under(path)
+    except (ExportError, OSError) as error:
         raise UsageError(f"--export {error}") from None
+
+
+def _read_export(path: Path, any_table: bool) -> Any:
+    """The export to audit, named on stderr: the target table's newest under ``path``, or
+    (``any_table``) another table's, said so."""
+    from tally.local.exports import ExportError, ForeignExportError, TableIdentity, export_of
+
+    target = TableIdentity.described(_target_table())
+    try:
+        export = export_of(path, target, any_table=any_table)
+    except ForeignExportError as error:
+        raise UsageError(f"--export {error}; --export-of-another-table audits it anyway") from None
+    except (ExportError, OSError) as error:
+        raise UsageError(f"--export {error}") from None
+    console.note(
+        f"audit: export {export.export_id} of table {export.table_arn or '(not named)'}, "
+        f"exported {export.export_time or '(time not named)'}, {export.item_count} items, "
+        f"in {export.directory}"
+    )
+    if not target.same(TableIdentity.exported(export.summary)):
+        console.note(
+            f"audit: that export is of another table than the target's ({target.arn}): "
+            "audited as "
+            "--export-of-another-table asks, its findings judged against the target's table"
+        )
+    if export.left_out:
+        console.note(f"audit: {export.left_out} exports of other tables under {path} left out")
+    return export
+
+
+def _target_table() -> dict[str, Any]:
+    """The target table's description (DescribeTable's ``Table``)."""
+    from tally.aws import client
+    from tally.settings import settings
+
+    dynamodb = client("dynamodb", config=targets.PREFLIGHT)
+    table: dict[str, Any] = dynamodb.describe_table(TableName=settings().table_name)["Table"]
+    return table
 
 
 def _export(options: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """What the ``tally`` command shows: errors as one-line messages with exit codes, progress
 bars and live status on a terminal only, and tables.
 
-Exit codes: 0 clean, 1 findings or a failure (nothing to reach, nothing configured, a
-broken rules file), 2 a usage mistake (the command line names something wrong).
+Exit codes: 0 clean, 1 findings or a failure (nothing to reach, nothing configured), 2 a
+usage or input mistake (the command line, or a rules file or template it reads, is wrong).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from rich.text import Text
 
 from tally.local.dynamodb_local import DynamoDBLocalUnavailable
 from tally.local.stack import LocalStackError
-from tally.local.template import TemplateNotFoundError
+from tally.local.template import TemplateError, TemplateNotFoundError
 from tally.reconciler.findings import Finding, Off
 from tally.rules import RulesFileError
 from tally.settings import SettingsError
@@ -71,8 +71,8 @@ def _unreachable(error: Exception) -> str:
 
 # First match wins: subclasses before their bases.
 _ERRORS: list[tuple[tuple[type[BaseException], ...], int, Callable[[Any], str]]] = [
-    ((UsageError, TemplateNotFoundError), USAGE, str),
-    ((Failure, RulesFileError, LocalStackError, DynamoDBLocalUnavailable), FAILED, str),
+    ((UsageError, TemplateNotFoundError, TemplateError, RulesFileError), USAGE, str),
+    ((Failure, LocalStackError, DynamoDBLocalUnavailable), FAILED, str),
     ((SettingsError,), FAILED, _no_target),
     (
         (NoRegionError,),

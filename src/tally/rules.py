@@ -51,6 +51,8 @@ Role = Literal["parent", "child", "member"]
 DEFAULT_RULES_FILE = Path(__file__).resolve().parent.parent / "rules.toml"
 # Set by every reconciler write on the counted table; no writer may set it (docs/verification.md).
 REPAIR_MARKER = "tallyRepair"
+# A rule's name goes into alerts, metric dimensions and audit-table keys (docs/rules.md).
+MAX_NAME_LENGTH = 64
 
 
 class RulesFileError(ValueError):
@@ -124,7 +126,9 @@ def _context_keys(info: ValidationInfo) -> TableKeys:
 
 
 class _RuleBase(_Strict):
-    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")]
+    name: Annotated[
+        str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=r"^[A-Za-z0-9_.-]+$")
+    ]
     parent: dict[str, str]
     counter: Annotated[str, Field(min_length=1)]
     revision: str | None = None
@@ -517,12 +521,17 @@ class RuleSet:
 def load_rules(path: str | Path | None = None) -> RuleSet:
     """Load and validate a rules file (default: ``$RULES_FILE`` or the bundled example)."""
     path = Path(path or os.environ.get("RULES_FILE") or DEFAULT_RULES_FILE)
-    if not path.is_absolute() and not path.exists() and "LAMBDA_TASK_ROOT" in os.environ:
-        path = Path(os.environ["LAMBDA_TASK_ROOT"]) / path
     try:
+        if not path.is_absolute() and not path.exists() and "LAMBDA_TASK_ROOT" in os.environ:
+            path = Path(os.environ["LAMBDA_TASK_ROOT"]) / path
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise RulesFileError(f"rules file {path}: {error}") from error
+    except UnicodeDecodeError as error:
+        byte = f"byte {error.object[error.start]:#04x} at offset {error.start}"
+        raise RulesFileError(f"rules file {path}: not UTF-8 text ({byte})") from None
+    except RecursionError:
+        raise RulesFileError(f"rules file {path}: nested too deeply to read") from None
     return parse_rules(raw, source=str(path))
 
 

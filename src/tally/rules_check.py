@@ -13,9 +13,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
+
+from boto3.dynamodb.types import Binary
 
 from tally.live_table import describe, sample, schema_problems
+from tally.reconciler.findings import shown
 from tally.rules import (
     AttributeMembers,
     IndexMembers,
@@ -37,7 +40,8 @@ class RuleView:
     parents: int = 0
     claimed: int = 0
     missing: list[Key] = field(default_factory=list)
-    invalid: list[tuple[Key, Any]] = field(default_factory=list)
+    # The key and what the counter holds, by type and size: a value may be personal data.
+    invalid: list[tuple[Key, str]] = field(default_factory=list)
     odd_width: list[Key] = field(default_factory=list)
 
 
@@ -67,7 +71,7 @@ class CheckReport:
         for view in self.rules:
             flags += [f"{view.name}: parent {_key(k)} has no counter" for k in view.missing]
             flags += [
-                f"{view.name}: parent {_key(k)} holds {v!r}, not a counter" for k, v in view.invalid
+                f"{view.name}: parent {_key(k)} holds {v}, not a counter" for k, v in view.invalid
             ]
             flags += [
                 f"{view.name}: member {_key(k)} is not numbered at the rule's width"
@@ -141,7 +145,7 @@ def check(rules: RuleSet, client: Any, table_name: str, limit: int) -> CheckRepo
             if value is None:
                 view.missing.append(key)
             elif not _counter(rule, value):
-                view.invalid.append((key, value))
+                view.invalid.append((key, _held(value)))
     report.strays, report.unrelated = _strays(rules, counted, unclaimed)
     return report
 
@@ -150,6 +154,12 @@ def _counter(rule: Any, value: Any) -> bool:
     if not isinstance(value, Decimal) or not value.is_finite():
         return False
     return isinstance(rule, SumRule) or (value >= 0 and value == value.to_integral_value())
+
+
+def _held(value: Any) -> str:
+    """What a counter holds, as alerts show it: a number, else its type and size only."""
+    described = shown(cast(Any, value).value if isinstance(value, Binary) else value)
+    return str(described) if isinstance(described, Decimal | bool) else f"a {described}"
 
 
 def _odd_width(rules: RuleSet, rule: Any, key: Key) -> bool:

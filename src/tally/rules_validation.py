@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tally.rules import (
+    MAX_NAME_LENGTH,
     AnyRule,
     AttributeMembers,
     CollectionMembers,
@@ -19,6 +20,7 @@ from tally.rules import (
     KeyPattern,
     PartitionMembers,
     RuleSet,
+    SequenceRule,
     SumRule,
     TableKeys,
 )
@@ -38,13 +40,23 @@ def describe(error: ValidationError, raw: Mapping[str, Any], source: str) -> str
         if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
             index = loc[1]
             entry = raw_rules[index] if index < len(raw_rules) else {}
-            name = entry.get("name", f"#{index + 1}") if isinstance(entry, dict) else index
+            name = entry.get("name") if isinstance(entry, dict) else None
             # Drop the discriminator tag pydantic inserts (e.g. 'count', 'collection').
             fields = [str(part) for part in loc[2:] if not _is_tag(part, entry)]
-            where = f"rule {name!r} field {'.'.join(fields) or '(rule)'!r}"
+            where = f"rule {_label(name, index)} field {'.'.join(fields) or '(rule)'!r}"
         message = str(detail["msg"]).removeprefix("Value error, ")
         lines.append(f"{where}: {message}")
     return f"rules file {source}:\n  " + "\n  ".join(lines)
+
+
+def _label(name: object, index: int) -> str:
+    """How a message names a rule: its name, cut short when too long to be one, else its
+    position in the file."""
+    if not isinstance(name, str) or not name:
+        return f"#{index + 1}"
+    if len(name) <= MAX_NAME_LENGTH:
+        return repr(name)
+    return f"{name[:24] + '...'!r} (a name of {len(name)} characters)"
 
 
 def _is_tag(part: object, entry: object) -> bool:
@@ -57,13 +69,51 @@ def _is_tag(part: object, entry: object) -> bool:
 
 def structural_problems(rule_set: RuleSet) -> Iterator[str]:
     keys = rule_set.table
-    broken = False
+    clashes = list(_name_and_attribute_clashes(rule_set))
+    yield from clashes
+    broken = bool(clashes)
     for rule in rule_set:
         problems = list(_rule_problems(rule, keys))
         broken = broken or bool(problems)
         yield from (f"rule {rule.name!r} {problem}" for problem in problems)
     if not broken:  # otherwise the patterns are meaningless and overlaps would only add noise
         yield from _claim_conflicts(rule_set)
+
+
+def _name_and_attribute_clashes(rule_set: RuleSet) -> Iterator[str]:
+    """Two rules of one name; a counter or revision on a key attribute, the TTL attribute, or
+    each other: attributes a rule writes that DynamoDB or another rule needs untouched."""
+    keys = rule_set.table
+    first: dict[str, int] = {}
+    for index, rule in enumerate(rule_set, start=1):
+        if rule.name in first:
+            yield (
+                f"rule {rule.name!r} field 'name': another rule has this name "
+                f"(rule #{first[rule.name]} and rule #{index})"
+            )
+        first.setdefault(rule.name, index)
+        written: dict[str, str | None] = {"revision": rule.revision}
+        if not isinstance(rule, SequenceRule) or rule.has_counter:
+            written = {"counter": rule.counter, "revision": rule.revision}
+        for field, attribute in written.items():
+            if attribute is None:
+                continue
+            if attribute in keys.names:
+                yield (
+                    f"rule {rule.name!r} field {field!r}: {attribute!r} is a key attribute of "
+                    f"the table; a {field} cannot be one"
+                )
+            elif attribute == keys.ttl_attribute:
+                yield (
+                    f"rule {rule.name!r} field {field!r}: {attribute!r} is the table's "
+                    f"ttl_attribute (DynamoDB would delete the parent when the {field} reads "
+                    "as a past time)"
+                )
+        if rule.revision is not None and rule.revision == written.get("counter"):
+            yield (
+                f"rule {rule.name!r} field 'revision': {rule.revision!r} is the rule's counter; "
+                "the revision must be an attribute of its own"
+            )
 
 
 def _rule_problems(rule: AnyRule, keys: TableKeys) -> Iterator[str]:

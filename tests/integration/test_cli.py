@@ -276,3 +276,39 @@ def test_the_pump_logs_as_the_template_says_and_stops_cleanly_on_sigterm(
 def test_commands_that_need_the_stack_say_how_to_start_it(tmp_path: Path) -> None:
     result = tally("local", "env", env=clean_env(tmp_path), expect=1)
     assert "tally local up" in result.stderr
+
+
+def test_a_missing_or_broken_rules_file_stops_the_pump_before_it_reads_the_stream(
+    cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    session = dict(cli_env) | exported(cli_env)
+    script = (
+        "import boto3, os; d = boto3.client('dynamodb'); t = os.environ['TABLE_NAME'];"
+        "d.put_item(TableName=t, Item={'PK': {'S': 'POST#c3'}, 'SK': {'S': 'META'},"
+        " 'likeTally': {'N': '1'}});"
+        "d.put_item(TableName=t, Item={'PK': {'S': 'POST#c3'}, 'SK': {'S': 'LIKE#USER#1'}})"
+    )
+    subprocess.run([sys.executable, "-c", script], env=session, check=True, timeout=60)
+    state = Path(cli_env["TALLY_STATE_DIR"])
+
+    missing = tally("pump", "--until-idle", "--rules", "/nope.toml", env=session, expect=2)
+    assert missing.stderr.strip() == "tally: --rules /nope.toml: no such file"
+    broken = tmp_path / "rules.toml"
+    rules = (template_path().parent / "src" / "rules.toml").read_text()
+    broken.write_text(rules.replace('counter = "likeTally"', 'countr = "likeTally"'))
+    refused = tally("pump", "--until-idle", "--rules", str(broken), env=session, expect=2)
+    assert refused.stderr.startswith(f"tally: rules file {broken}:")
+    assert "rule 'likes' field 'countr'" in refused.stderr and "pump:" not in refused.stderr
+
+    # Nothing was read, parked or checkpointed: the next pump delivers every record.
+    stack = load(state)
+    assert stack is not None
+    sqs = stack.client("sqs")
+    depth = sqs.get_queue_attributes(
+        QueueUrl=stack.stream_failure_queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]["ApproximateNumberOfMessages"]
+    assert depth == "0"
+    assert not (state / "stream-checkpoint.json").exists()
+    pumped = tally("pump", "--until-idle", env=session)
+    assert "pump: idle. 2 records" in pumped.stderr
+    assert "0 to the on-failure queue" in pumped.stderr

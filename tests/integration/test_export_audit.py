@@ -8,8 +8,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tally import cli
 from tally.local.audit_duckdb import duckdb_audit
-from tally.local.exports import read_export, write_export
+from tally.local.exports import TableIdentity, read_export, write_export
+from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.findings import Finding
 from tally.reconciler.full_audit import full_audit
@@ -83,6 +87,7 @@ def test_the_export_engine_finds_exactly_the_planted_findings(stack: Stack, tmp_
     assert (report.engine, report.items_scanned, report.read_capacity) == ("duckdb", 0, 0)
     assert report.export == {
         "id": export.export_id,
+        "table_arn": export.table_arn,
         "export_time": export.export_time,
         "items": export.item_count,
     }
@@ -186,3 +191,100 @@ def _export_json(item: dict[str, Any]) -> dict[str, Any]:
             inner = base64.b64encode(inner).decode()
         out[name] = {kind: inner}
     return out
+
+
+def test_the_duckdb_audit_takes_the_target_tables_export_and_names_it(
+    stack: Stack,
+    template: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two exports under one directory, the newer of another table with a parent ours lacks:
+    the audit takes the target's own and names it; the other is refused unless asked for."""
+    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path / "state"))
+    exports = tmp_path / "exports"
+    stack.put({"PK": "POST#1", "SK": "META", "likeTally": 5, "tallyRevision": 1})
+    stack.put({"PK": "POST#1", "SK": "LIKE#USER#1"})
+    ours = write_export(stack.dynamodb, stack.table, exports)
+    other = f"{stack.table}-other"
+    create_table(stack.dynamodb, template, "Table", other)
+    try:
+        counter = {"PK": "PROJECT#Z", "SK": "COUNTER#ISSUE", "lastIssue": 5}
+        stack.dynamodb.put_item(TableName=other, Item=serialize(counter))
+        theirs = write_export(stack.dynamodb, other, exports)
+    finally:
+        stack.dynamodb.delete_table(TableName=other)
+    described = stack.dynamodb.describe_table(TableName=stack.table)["Table"]
+    assert ours.table_arn == described["TableArn"] != theirs.table_arn
+    assert theirs.export_time >= ours.export_time
+
+    def audit(*args: str) -> tuple[int, str, str]:
+        code = cli.main(["audit", "--engine", "duckdb", *args])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, out, err = audit("--export", str(exports), "--json")
+    report = json.loads(out)
+    assert code == 1 and report["findings"] == {"drift": 1}
+    assert report["export"] | {"items": 0} == {
+        "id": ours.export_id,
+        "table_arn": described["TableArn"],
+        "export_time": ours.export_time,
+        "items": 0,
+    }
+    assert (
+        f"audit: export {ours.export_id} of table {described['TableArn']}, exported "
+        f"{ours.export_time}, 2 items, in {ours.directory}"
+    ) in err
+    assert f"audit: 1 exports of other tables under {exports} left out" in err
+
+    # The other table's export alone: refused, naming both tables, before anything is read.
+    code, out, err = audit("--export", str(theirs.directory), "--repair")
+    assert (code, out) == (2, "")
+    assert err.strip() == (
+        f"tally: --export {theirs.directory}: export {theirs.export_id} (exported "
+        f"{theirs.export_time}) is of table {theirs.table_arn}, not of the target's table "
+        f"{described['TableArn']}; --export-of-another-table audits it anyway"
+    )
+    # Knowingly, as a dry run: named as another table's, and nothing is written.
+    code, out, err = audit("--export", str(theirs.directory), "--export-of-another-table")
+    assert code in (0, 1)
+    assert f"audit: export {theirs.export_id} of table {theirs.table_arn}" in err
+    assert "that export is of another table than the target's" in err
+    assert stack.item("PROJECT#Z", "COUNTER#ISSUE") is None
+    assert stack.item("POST#1", "META")["likeTally"] == 5  # type: ignore[index]
+    assert (
+        stack.dynamodb.query(
+            TableName=stack.table,
+            KeyConditionExpression="PK = :pk",
+            ExpressionAttributeValues={":pk": {"S": "PROJECT#Z"}},
+        )["Items"]
+        == []
+    )
+
+
+def test_an_export_of_an_earlier_table_of_the_same_name_is_refused(
+    stack: Stack,
+    template: dict[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Another stack's table of the same name (here: the table dropped and created again)."""
+    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path / "state"))
+    stack.put({"PK": "POST#1", "SK": "META", "likeTally": 0})
+    before = write_export(stack.dynamodb, stack.table, tmp_path)
+    stack.dynamodb.delete_table(TableName=stack.table)
+    create_table(stack.dynamodb, template, "Table", stack.table)
+    now = TableIdentity.described(stack.dynamodb.describe_table(TableName=stack.table)["Table"])
+    then = TableIdentity.exported(before.summary)
+    assert then.arn == now.arn and not then.same(now)
+    code = cli.main(["audit", "--engine", "duckdb", "--export", str(tmp_path), "--repair"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (
+        f"is of table {then.named_against(now)}, not of the target's table "
+        f"{now.named_against(then)}; --export-of-another-table audits it anyway"
+    ) in err
+    assert stack.item("POST#1", "META") is None  # nothing written into the new table

@@ -105,13 +105,13 @@ def test_export_without_a_target_says_how_to_name_one(
     assert not (tmp_path / "out").exists()
 
 
-def test_a_broken_rules_file_is_a_failure_naming_the_rule(
+def test_a_broken_rules_file_is_an_input_error_naming_the_rule(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text('[table]\npartition_key = "PK"\n[[rules]]\nname = "likes"\nkind = "count"\n')
     code, _, err = tally(capsys, "audit", "--rules", str(rules))
-    assert code == 1
+    assert code == 2
     assert err.startswith(f"tally: rules file {rules}:")
     assert "rule 'likes' field" in err
 

@@ -84,13 +84,13 @@ def test_without_either_the_local_stacks_rules_then_the_bundled_ones(
     assert "RULES_FILE" not in os.environ
 
 
-def test_a_broken_rules_file_is_a_message_and_exit_1(
+def test_a_broken_rules_file_is_a_message_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     broken = tmp_path / "rules.toml"
     broken.write_text(SOCIAL.read_text().replace('counter = "likeTally"', 'countr = "x"'))
     code, out, err = run(capsys, "rules", "filter", "--rules", str(broken))
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert "'likes'" in err and "'countr'" in err and "Traceback" not in err
 
 

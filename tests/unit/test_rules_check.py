@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -87,9 +88,27 @@ def test_parents_without_a_counter_or_with_a_non_number_are_flagged(ddb: Any) ->
     put(ddb, PK="POST#3", SK="META", likeTally=Decimal("1.5"))
     flags = run(ddb).flags
     assert any("POST#1" in f and "no counter" in f for f in flags)
-    assert any("POST#2" in f and "'7'" in f for f in flags)
-    assert any("POST#3" in f and "1.5" in f for f in flags)
+    assert any(
+        "POST#2" in f and "holds a string of 1 characters, not a counter" in f for f in flags
+    )
+    assert any("POST#3" in f and "holds 1.5, not a counter" in f for f in flags)
     assert len(flags) == 3
+
+
+def test_a_counter_holding_text_is_reported_by_type_never_by_value(ddb: Any) -> None:
+    """A real table's counter attribute may hold an e-mail address: the check never prints it."""
+    put(ddb, PK="POST#1", SK="META", likeTally="ann@example.com")
+    put(ddb, PK="POST#2", SK="META", likeTally={"email": "cy@example.com"})
+    put(ddb, PK="POST#3", SK="META", likeTally=b"ann@example.com")
+    report = run(ddb)
+    shown = report.text() + json.dumps(report.as_json()) + repr(report.rules)
+    assert "example.com" not in shown and "ann@" not in shown
+    assert sorted(f.split(" holds ")[1] for f in report.flags) == [
+        "a binary of 15 bytes, not a counter",
+        "a map of 1 entries, not a counter",
+        "a string of 15 characters, not a counter",
+    ]
+    assert all('"PK": "POST#' in f for f in report.flags)  # keys are named, values never
 
 
 def test_items_beside_counted_items_that_no_rule_counts_are_flagged(ddb: Any) -> None:

@@ -39,6 +39,7 @@ def duckdb_audit(
     audit = Audit(reconciler, rules, "duckdb")
     audit.report.export = {
         "id": export.export_id,
+        "table_arn": export.table_arn,
         "export_time": export.export_time,
         "items": export.item_count,
     }

@@ -327,13 +327,21 @@ class DynamoDBLocal:
         self.stop()
 
 
+def port_number(text: str) -> int:
+    """A TCP port from the command line (argparse type): 1 to 65535."""
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port from 1 to 65535, not {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: `fetch` installs the emulator, `run` serves it in the foreground."""
     parser = argparse.ArgumentParser(prog="python -m tally.local.dynamodb_local")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("fetch", help="download, verify and cache DynamoDB Local")
     run = commands.add_parser("run", help="run DynamoDB Local until Ctrl-C")
-    run.add_argument("--port", type=int, default=8000)
+    run.add_argument("--port", type=port_number, default=8000)
     args = parser.parse_args(argv)
     try:
         if args.command == "fetch":

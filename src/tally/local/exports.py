@@ -21,9 +21,9 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,10 @@ Progress = Callable[[int], None]
 
 class ExportError(ValueError):
     """The export is missing, incomplete or not readable by the audit; says which file/field."""
+
+
+class ForeignExportError(ExportError):
+    """The export is of another table than the one it would be audited against."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class Export:
     export_id: str
     summary: dict[str, Any]
     files: tuple[DataFile, ...]
+    # Exports of other tables found beside it and left out (``export_of``).
+    left_out: int = 0
 
     @property
     def item_count(self) -> int:
@@ -67,6 +73,10 @@ class Export:
     @property
     def export_time(self) -> str:
         return str(self.summary.get("exportTime") or "")
+
+    @property
+    def table_arn(self) -> str:
+        return str(self.summary.get("tableArn") or "")
 
 
 # --- writing --------------------------------------------------------------------------------
@@ -155,6 +165,8 @@ def _write(
         "endTime": _now(),
         "tableArn": table["TableArn"],
         "tableId": table.get("TableId"),
+        # Not in AWS's summary: what tells apart two tables of one ARN where there is no id.
+        "tableCreationDateTime": _created(table),
         "exportTime": started,
         "s3Bucket": None,
         "s3Prefix": None,
@@ -256,16 +268,92 @@ def _now() -> str:
 
 def find_export(path: Path) -> Path:
     """The export directory ``path`` names: itself, or the newest export found under it."""
+    return _newest(exports_under(path))
+
+
+def exports_under(path: Path) -> list[Path]:
+    """The export directories ``path`` names: itself, or every export found under it."""
     if path.is_file() and path.name == SUMMARY:
-        return path.parent
+        return [path.parent]
     if (path / SUMMARY).is_file():
-        return path
+        return [path]
     if not path.exists():
         raise ExportError(f"{path}: no such file or directory")
     found = [p.parent for p in path.glob(f"**/{ROOT}/*/{SUMMARY}")]
     if not found:
         raise ExportError(f"{path}: no DynamoDB export under it ({ROOT}/<exportId>/{SUMMARY})")
-    return max(found, key=lambda d: (_summary(d).get("exportTime") or "", d.name))
+    return found
+
+
+def _newest(directories: list[Path]) -> Path:
+    return max(directories, key=lambda d: (_summary(d).get("exportTime") or "", d.name))
+
+
+@dataclass(frozen=True)
+class TableIdentity:
+    """Which table an export is of: its ARN, and what tells two tables of one ARN apart (one
+    dropped and created again; DynamoDB Local's of the same name on another machine)."""
+
+    arn: str
+    table_id: str | None = None
+    created: str | None = None
+
+    @classmethod
+    def described(cls, table: Mapping[str, Any]) -> TableIdentity:
+        """From DescribeTable's ``Table``."""
+        return cls(str(table["TableArn"]), table.get("TableId"), _created(table))
+
+    @classmethod
+    def exported(cls, summary: Mapping[str, Any]) -> TableIdentity:
+        """From an export's summary (``tableCreationDateTime`` is written by ``tally export``)."""
+        return cls(
+            str(summary.get("tableArn") or ""),
+            summary.get("tableId"),
+            summary.get("tableCreationDateTime"),
+        )
+
+    def same(self, other: TableIdentity) -> bool:
+        pairs = ((self.table_id, other.table_id), (self.created, other.created))
+        return self.arn == other.arn and not any(a and b and a != b for a, b in pairs)
+
+    def named_against(self, other: TableIdentity) -> str:
+        """The ARN, and what tells this table from ``other`` when the ARNs are the same."""
+        if self.arn != other.arn:
+            return self.arn
+        if self.table_id and other.table_id and self.table_id != other.table_id:
+            return f"{self.arn} (table id {self.table_id})"
+        return f"{self.arn} (created {self.created})"
+
+
+def export_of(path: Path, table: TableIdentity, *, any_table: bool = False) -> Export:
+    """The newest export under ``path`` of ``table``, read and checked.
+
+    ForeignExportError naming both tables when ``path`` holds no export of ``table``; with
+    ``any_table``, then the newest export of any table.
+    """
+    found = exports_under(path)
+    ours = [d for d in found if table.same(TableIdentity.exported(_summary(d)))]
+    if ours:
+        return replace(read_export(_newest(ours)), left_out=len(found) - len(ours))
+    newest = _newest(found)
+    if any_table:
+        return replace(read_export(newest), left_out=len(found) - 1)
+    summary = _summary(newest)
+    theirs = TableIdentity.exported(summary)
+    more = f" (and {len(found) - 1} more exports of other tables)" if len(found) > 1 else ""
+    raise ForeignExportError(
+        f"{path}: export {newest.name} (exported {summary.get('exportTime')}) is of "
+        f"table {theirs.named_against(table)}{more}, not of the target's table "
+        f"{table.named_against(theirs)}"
+    )
+
+
+def _created(table: Mapping[str, Any]) -> str | None:
+    created = table.get("CreationDateTime")
+    if not isinstance(created, datetime):
+        return None
+    iso = created.astimezone(UTC).isoformat(timespec="milliseconds")
+    return iso.replace("+00:00", "Z")
 
 
 def read_export(path: Path, *, verify: bool = True) -> Export:

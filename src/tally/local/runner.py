@@ -18,6 +18,7 @@ from tally.local.pump import MappingSettings, Pump, Say
 from tally.local.sqs_trigger import Invoke
 from tally.local.stack import LocalStack
 from tally.local.template import load_template, template_path
+from tally.rules import load_rules
 from tally.streams import StreamReader, stream_arn
 
 CHECKPOINT_FILE = "stream-checkpoint.json"
@@ -89,6 +90,9 @@ def pump(
     It resumes after the checkpoint in ``state_dir`` and saves it after every batch.
     """
     template = load_template(template_path())
+    # The rules the functions will load, validated before the first record is read: a broken
+    # rules file is the pump's own fault, never a batch's to send to the on-failure queue.
+    load_rules(rules_file or local_stack.env(stack)["RULES_FILE"])
     spec = function(template, "ReconcilerFunction")
     stream = next(e for e in spec.events.values() if e.get("Type") == "DynamoDB")
     settings = MappingSettings.from_event(stream["Properties"], parameter_defaults(template))

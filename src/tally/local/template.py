@@ -68,7 +68,11 @@ class TemplateResourceError(KeyError):
         return str(self.args[0])
 
 
-class _CloudFormationLoader(yaml.SafeLoader):
+# libyaml's parser where installed: every command reads the template, ten times faster.
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _CloudFormationLoader(_SafeLoader):  # type: ignore[valid-type,misc]
     """SafeLoader that turns short-form intrinsic tags into their long form."""
 
 
@@ -95,14 +99,34 @@ for _tag in _TAGS:
     _CloudFormationLoader.add_constructor(f"!{_tag}", _intrinsic(_tag))
 
 
+class TemplateError(ValueError):
+    """The template cannot be read as one; the message, one line, says which file and why."""
+
+
 def load_template(path: Path) -> dict[str, Any]:
     """Read a CloudFormation/SAM YAML template, intrinsics in long form."""
-    with path.open() as f:
-        # A SafeLoader subclass: no arbitrary object construction.
-        template = yaml.load(f, Loader=_CloudFormationLoader)
+    try:
+        with path.open(encoding="utf-8") as f:
+            # A SafeLoader subclass: no arbitrary object construction.
+            template = yaml.load(f, Loader=_CloudFormationLoader)
+    except yaml.YAMLError as error:
+        raise TemplateError(f"template {path}: not valid YAML ({_yaml_problem(error)})") from None
+    except UnicodeDecodeError as error:
+        raise TemplateError(f"template {path}: not UTF-8 text (offset {error.start})") from None
+    except RecursionError:
+        raise TemplateError(f"template {path}: nested too deeply to read") from None
+    except OSError as error:
+        raise TemplateError(f"template {path}: {error.strerror or error}") from None
     if not isinstance(template, dict):
-        raise ValueError(f"{path} is not a CloudFormation template")
+        raise TemplateError(f"template {path}: not a CloudFormation template")
     return template
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
 
 
 def conditions(template: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[str, bool]:
