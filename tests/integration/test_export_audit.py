@@ -288,3 +288,33 @@ def test_an_export_of_an_earlier_table_of_the_same_name_is_refused(
         f"{now.named_against(then)}; --export-of-another-table audits it anyway"
     ) in err
     assert stack.item("POST#1", "META") is None  # nothing written into the new table
+
+
+def test_a_stale_export_never_drives_a_write_under_a_parent_deleted_since(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The export shows a gap and a drift; the application then deleted both parents with
+    their children. Every candidate is judged against the live table: nothing is written."""
+    numbers = SequenceAllocator(stack.dynamodb, stack.table, RULES)
+    for _ in range(3):
+        numbers.allocate({"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"})
+    stack.delete("PROJECT#A", "ISSUE#0000000002")
+    stack.put({"PK": "POST#3", "SK": "META", "likeTally": 30})
+    stack.put({"PK": "POST#3", "SK": "LIKE#USER#1"})
+    stack.records()
+    write_export(stack.dynamodb, stack.table, tmp_path)
+    for pk, sk in (
+        ("PROJECT#A", "COUNTER#ISSUE"),
+        ("PROJECT#A", "ISSUE#0000000001"),
+        ("PROJECT#A", "ISSUE#0000000003"),
+        ("POST#3", "META"),
+        ("POST#3", "LIKE#USER#1"),
+    ):
+        stack.delete(pk, sk)
+    checker = runtime.reconciler()
+    report = duckdb_audit(checker, read_export(tmp_path))
+    assert report.candidates == 2  # the export still shows both
+    assert checker.log == [] and report.state == []
+    assert stack.alerts() == []
+    scan = stack.dynamodb.scan(TableName=stack.table, ConsistentRead=True)
+    assert scan["Items"] == []
