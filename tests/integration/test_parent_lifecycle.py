@@ -243,3 +243,30 @@ def test_a_post_deleted_while_its_recheck_is_pending_gets_no_write(
     assert reconciler_writes(stack) == []
     expected = [{**POST, "likeTally": 0}] if recreated else []
     assert collection(stack, "POST#a91f") == expected
+
+
+def test_a_project_reused_before_its_recheck_never_voids_the_new_lifes_numbers(
+    stack: Stack,
+) -> None:
+    """The deletion's recheck runs after the key was used again and a new allocation of
+    number 3 is in flight (counter moved, member not written yet): no VOID under it."""
+    keys = project_with_issues(stack)
+    stack.dynamodb.batch_write_item(
+        RequestItems={stack.table: [{"DeleteRequest": {"Key": serialize(k)}} for k in keys]}
+    )
+    stack.pump()  # the deletion: its recheck is queued, not run yet
+    numbers = SequenceAllocator(stack.dynamodb, stack.table, RULES)
+    for _ in range(2):
+        numbers.allocate(PROJECT, attributes={"title": "a new life"})
+    stack.dynamodb.update_item(  # a third allocation in flight: counter first, member next
+        TableName=stack.table,
+        Key=serialize(PROJECT),
+        UpdateExpression="ADD lastIssue :one",
+        ExpressionAttributeValues=serialize({":one": 1}),
+    )
+    stack.run_rechecks()
+    assert stack.item("PROJECT#A", "ISSUE#0000000003") is None
+    stack.put({"PK": "PROJECT#A", "SK": "ISSUE#0000000003", "title": "a new life"})
+    stack.settle()
+    assert stack.alerts() == []
+    assert reconciler_writes(stack) == []

@@ -226,7 +226,9 @@ class Reconciler:
                 self.store.lower_watermark(rule.name, group.parent_key, group.lowest_given_up - 1)
             # Step 4: not a gap yet; the increment and its put may sit in different batches.
             # A number given up was handed out long ago: judged even if the counter stood still.
-            horizon = max(group.horizon, group.highest_given_up)
+            # Numbers that went away with their counter item are no gaps: if the key is used
+            # again before the recheck, they are the new counter's to hand out.
+            horizon = 0 if group.parent_removed else max(group.horizon, group.highest_given_up)
             self.schedule_recheck(rule, group.parent_key, horizon, "unbalanced")
             return True
         first: ParentState | None = None
