@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from moto.server import ThreadedMotoServer
 
 from tally.local.checkpoint import Checkpoint
 from tally.local.dynamodb_local import local_client_kwargs
-from tally.local.pump import QUIET_POLLS, MappingSettings, Pump
+from tally.local.pump import QUIET_POLLS, MappingSettings, Pump, lane_of
 from tally.local.sqs_trigger import Invoke
 from tally.streams import StreamReader, stream_arn
 from tests.utils import lambda_context, serialize
@@ -445,3 +446,96 @@ def test_sqs_down_for_a_while_stops_nothing_and_loses_nothing(
     assert info["startSequenceNumber"] == handler.sequence_numbers["ITEM#003"]
     assert info["batchSize"] == 1
     assert [json.loads(r["body"]) for r in received] == [{"during": "outage"}]
+
+
+# --- ParallelizationFactor -------------------------------------------------------------------
+
+
+def keys_in_lanes(factor: int, wanted: int) -> list[str]:
+    """Sort keys of one item collection (PK "P") whose items fall in ``wanted`` distinct lanes."""
+    chosen: dict[int, str] = {}
+    for n in range(1000):
+        sk = f"ITEM#{n:03d}"
+        lane = lane_of({"dynamodb": {"Keys": {"PK": {"S": "P"}, "SK": {"S": sk}}}}, factor)
+        chosen.setdefault(lane, sk)
+        if len(chosen) == wanted:
+            return list(chosen.values())
+    raise AssertionError("not enough lanes")
+
+
+def test_the_factor_and_the_mapping_settings_come_from_the_template(
+    template: dict[str, Any],
+) -> None:
+    settings = MappingSettings.from_template(template)
+    assert (settings.batch_size, settings.window_seconds, settings.parallelization) == (100, 1, 1)
+    assert (settings.max_retries, settings.bisect, settings.partial_responses) == (5, True, True)
+    assert MappingSettings.from_template(template, parallelization=10).parallelization == 10
+    with pytest.raises(ValueError, match="ParallelizationFactor must be 1 to 10, not 11"):
+        MappingSettings.from_template(template, parallelization=11)
+
+
+def test_one_items_records_stay_in_order_across_concurrent_batches(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    items = keys_in_lanes(4, 4)
+    written: list[tuple[str, int]] = []
+    for version in range(6):
+        for sk in items:
+            dynamodb.put_item(
+                TableName=table_name, Item=serialize({"PK": "P", "SK": sk, "v": version})
+            )
+            written.append((sk, version))
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def handler(event: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            seen.extend(
+                (r["dynamodb"]["Keys"]["SK"]["S"], int(r["dynamodb"]["NewImage"]["v"]["N"]))
+                for r in event["Records"]
+            )
+        return {"batchItemFailures": []}
+
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        handler,  # type: ignore[arg-type]
+        batch_size=2,
+        parallelization=4,
+    )
+    report = pump.until_idle()
+    assert sorted(seen) == sorted(written)  # each record once
+    for sk in items:
+        assert [v for key, v in seen if key == sk] == list(range(6))
+    assert report.batches == 12  # each lane's records in batches of two
+    [position] = pump.positions().values()
+    assert position == max(pump.reader.positions().values(), key=int)
+
+
+def test_two_items_of_one_collection_are_verified_in_concurrent_batches(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    first, second = keys_in_lanes(2, 2)
+    for sk in (first, second):
+        dynamodb.put_item(TableName=table_name, Item=serialize({"PK": "P", "SK": sk}))
+    # Each batch waits for the other: only two batches running at once get past the barrier.
+    both = threading.Barrier(2, timeout=30)
+    threads: set[str] = set()
+
+    def handler(event: dict[str, Any]) -> dict[str, Any]:
+        threads.add(threading.current_thread().name)
+        both.wait()
+        return {"batchItemFailures": []}
+
+    report = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        handler,  # type: ignore[arg-type]
+        parallelization=2,
+    ).until_idle()
+    assert report.idle and report.records == 2 and report.batches == 2
+    assert report.concurrent_batches == 2 and len(threads) == 2

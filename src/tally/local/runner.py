@@ -13,7 +13,7 @@ from aws_lambda_powertools import Logger
 
 from tally.local import stack as local_stack
 from tally.local.checkpoint import Checkpoint
-from tally.local.functions import cold_start, environment, function, parameter_defaults, variables
+from tally.local.functions import cold_start, environment, function, variables
 from tally.local.pump import MappingSettings, Pump, Say
 from tally.local.sqs_trigger import Invoke
 from tally.local.stack import LocalStack
@@ -82,16 +82,19 @@ def _logs_to(logger: Logger, out: TextIO) -> Iterator[None]:
 
 
 def pump(
-    stack: LocalStack, state_dir: Path, say: Say | None = None, rules_file: Path | None = None
+    stack: LocalStack,
+    state_dir: Path,
+    say: Say | None = None,
+    rules_file: Path | None = None,
+    parallelization: int | None = None,
 ) -> Pump:
     """A pump wired as template.yaml wires the stream and the recheck queue.
 
     It resumes after the checkpoint in ``state_dir`` and saves it after every batch.
+    ``parallelization`` replaces the template's ParallelizationFactor.
     """
     template = load_template(template_path())
-    spec = function(template, "ReconcilerFunction")
-    stream = next(e for e in spec.events.values() if e.get("Type") == "DynamoDB")
-    settings = MappingSettings.from_event(stream["Properties"], parameter_defaults(template))
+    settings = MappingSettings.from_template(template, parallelization=parallelization)
     names = stack.names()
     reader = StreamReader(
         stack.client("dynamodbstreams"), stream_arn(stack.client("dynamodb"), names["Table"])
