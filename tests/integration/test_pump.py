@@ -9,6 +9,7 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,17 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
+from tally.handlers import recheck as recheck_handler
+from tally.handlers import reconciler as reconciler_handler
 from tally.local.checkpoint import Checkpoint
 from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.pump import QUIET_POLLS, MappingSettings, Pump, lane_of
 from tally.local.sqs_trigger import Invoke
+from tally.reconciler import runtime
+from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.streams import StreamReader, stream_arn
+from tests.harness.live import watched_schedule
+from tests.integration.conftest import Stack
 from tests.utils import lambda_context, serialize
 
 
@@ -539,3 +546,66 @@ def test_two_items_of_one_collection_are_verified_in_concurrent_batches(
     ).until_idle()
     assert report.idle and report.records == 2 and report.batches == 2
     assert report.concurrent_batches == 2 and len(threads) == 2
+
+
+# --- waiting for rechecks, through the real handlers -----------------------------------------
+
+
+def stack_pump(stack: Stack, say: Callable[[str], None] | None = None) -> Pump:
+    """A pump on the test stack's stream, invoking the real handlers in process."""
+    failures = stack.sqs.create_queue(QueueName=f"failures-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    return Pump(
+        stack.reader,
+        lambda event: reconciler_handler.handler(event, lambda_context()),
+        lambda event: recheck_handler.handler(event, lambda_context()),
+        stack.sqs,
+        stack.recheck_queue,
+        failures,
+        MappingSettings(batch_size=100),
+        say,
+        schedule=watched_schedule(),
+    )
+
+
+def test_until_idle_waits_for_a_carried_rogue_overwrite_to_be_recounted(stack: Stack) -> None:
+    likes = 120  # a hot post: its unbalanced remainder is carried for the carry window
+    requests = [
+        {"PutRequest": {"Item": serialize({"PK": "POST#hot", "SK": f"LIKE#USER#{n:04d}"})}}
+        for n in range(likes)
+    ]
+    for start in range(0, len(requests), 25):
+        stack.dynamodb.batch_write_item(RequestItems={stack.table: requests[start : start + 25]})
+    stack.put({"PK": "POST#hot", "SK": "META", "likeTally": likes, "tallyRevision": 1})
+    stack.records()  # the seeding is not what is verified
+    pump = stack_pump(stack)
+    stack.dynamodb.update_item(
+        TableName=stack.table,
+        Key=serialize({"PK": "POST#hot", "SK": "META"}),
+        UpdateExpression="SET likeTally = likeTally + :n",
+        ExpressionAttributeValues={":n": {"N": "7"}},
+    )
+    report = pump.until_idle(max_seconds=60)
+    assert report.idle and report.rechecks >= 1 and report.pending_rechecks == 0
+    [alert] = stack.alerts()  # after one pump, as `tally alerts` would show it
+    assert (alert["kind"], alert["stored"], alert["actual"]) == ("drift", likes + 7, likes)
+
+
+def test_until_settled_waits_out_a_longer_recheck_and_says_for_what(stack: Stack) -> None:
+    said: list[str] = []
+    pump = stack_pump(stack, said.append)
+    delay = int(pump.carry_seconds) + 3  # beyond the carry window: --until-idle leaves it
+    queue = RecheckQueue(runtime._clients()[2], stack.recheck_queue)
+    queue.schedule(Recheck("likes", {"PK": "POST#later", "SK": "META"}, 0, "deferred"), delay)
+    [waiting] = pump.schedule.waiting()
+    assert (waiting.delay, waiting.rule, waiting.key) == (delay, "likes", "POST#later/META")
+
+    first = pump.until_idle(max_seconds=60)
+    assert first.idle and first.rechecks == 0 and first.pending_rechecks == 1
+
+    settled = pump.until_idle(max_seconds=60, rechecks=True)
+    assert settled.idle and settled.rechecks == 1 and settled.pending_rechecks == 0
+    assert settled.waiting == ""
+    [line] = [line for line in said if "waiting for" in line]
+    due = datetime.fromtimestamp(waiting.due).strftime("%H:%M:%S")
+    assert f"waiting for 1 recheck (deferred) until {due}" in line
+    assert "deferred of likes POST#later/META" in line

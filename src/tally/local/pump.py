@@ -40,6 +40,74 @@ POLLS_PER_SECOND = 4
 QUIET_POLLS = 3
 # The longest pause between polls while the stream or a queue does not answer.
 MAX_OUTAGE_PAUSE = 2.0
+# The reconciler's carry window when the template does not say (CARRY_SECONDS).
+CARRY_SECONDS = 5.0
+# SQS's delays are whole seconds and its counts approximate: a recheck is looked for this long
+# after it should have come due.
+DUE_MARGIN = 1.5
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A recheck a function sent to the recheck queue: when it comes due and why."""
+
+    due: float  # time.time()
+    delay: int
+    rule: str
+    key: str
+    reason: str
+
+    def describe(self, now: float) -> str:
+        until = datetime.fromtimestamp(self.due).strftime("%H:%M:%S")
+        left = max(0.0, self.due - now)
+        return f"{self.reason} of {self.rule} {self.key}, due {until} (in {left:.0f} s)"
+
+
+class RecheckSchedule:
+    """The rechecks the functions schedule, seen as they send them (SQS tells only how many
+    messages are delayed, not until when): what the pump waits for, and until when."""
+
+    def __init__(self) -> None:
+        self._scheduled: list[Scheduled] = []
+        self._lock = threading.Lock()
+
+    def watch(self, sqs_client: Any) -> None:
+        """Note every recheck ``sqs_client`` (a function's own client) sends from now on."""
+        sqs_client.meta.events.register(
+            "before-parameter-build.sqs.SendMessage", self._sent, unique_id=f"pump-{id(self)}"
+        )
+
+    def _sent(self, params: Mapping[str, Any], **_: Any) -> None:
+        try:
+            body = json.loads(params.get("MessageBody", ""))
+            key = "/".join(str(v) for v in body["key"].values())
+            rule, reason = str(body["rule"]), str(body.get("reason") or "recheck")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return  # not a recheck
+        delay = int(params.get("DelaySeconds") or 0)
+        with self._lock:
+            self._scheduled.append(Scheduled(time.time() + delay, delay, rule, key, reason))
+
+    def waiting(self, within: float | None = None) -> list[Scheduled]:
+        """Rechecks not yet looked for (due plus a margin), soonest first; with ``within``,
+        only those whose delay is at most that many seconds."""
+        now = time.time()
+        with self._lock:
+            self._scheduled = [s for s in self._scheduled if s.due + DUE_MARGIN > now]
+            pending = sorted(self._scheduled, key=lambda s: s.due)
+        return [s for s in pending if within is None or s.delay <= within]
+
+
+def waiting_line(waiting: list[Scheduled]) -> str:
+    """What the pump waits for, in one line."""
+    now = time.time()
+    last = waiting[-1]
+    reasons = ", ".join(sorted({s.reason for s in waiting}))
+    until = datetime.fromtimestamp(last.due).strftime("%H:%M:%S")
+    return (
+        f"waiting for {len(waiting)} recheck{'s' if len(waiting) != 1 else ''} ({reasons}) "
+        f"until {until}, {max(0, last.due - now):.0f} s; next: {waiting[0].describe(now)}"
+    )
 
 
 class PumpStopped(Exception):
@@ -116,6 +184,8 @@ class PumpReport:
     pending_rechecks: int = 0
     # Most stream batches that ran at once (at most the ParallelizationFactor).
     concurrent_batches: int = 0
+    # What the pump waits for while nothing is due: scheduled rechecks and until when.
+    waiting: str = ""
     idle: bool = False
     failure_messages: list[dict[str, Any]] = field(default_factory=list)
 
@@ -134,6 +204,9 @@ class Pump:
         settings: MappingSettings,
         say: Say | None = None,
         checkpoint: Checkpoint | None = None,
+        *,
+        carry_seconds: float = CARRY_SECONDS,
+        schedule: RecheckSchedule | None = None,
     ):
         self.reader = reader
         self.invoke_stream = invoke_stream
@@ -144,6 +217,9 @@ class Pump:
         self.say = say or (lambda _: None)
         self.checkpoint = checkpoint
         self.report = PumpReport()
+        # The functions' carry window, and the rechecks they scheduled (when watched).
+        self.carry_seconds = carry_seconds
+        self.schedule = schedule or RecheckSchedule()
         # Per shard, the last record whose fate is settled: what a checkpoint may name.
         self.settled: dict[str, str] = reader.positions()
         self._saved = dict(self.settled)
@@ -157,14 +233,16 @@ class Pump:
     # --- running ---------------------------------------------------------------------
 
     def until_idle(self, max_seconds: float = 300.0, *, rechecks: bool = False) -> PumpReport:
-        """Pump until QUIET_POLLS polls in a row find no record and no due recheck.
-
-        With ``rechecks``, also until every queued recheck has come due and been run.
-        ``report.idle`` says whether that happened before ``max_seconds`` or a stop.
+        """Pump until QUIET_POLLS polls in a row find no record and no due recheck, and no
+        recheck scheduled within the carry window (a carried remainder's recount) is still to
+        come; with ``rechecks``, until every queued recheck (sequence grace, lag, deferral)
+        has come due and been run. ``report.idle`` says whether that happened before
+        ``max_seconds`` or a stop; ``report.waiting`` says what is awaited meanwhile.
         """
         deadline = time.monotonic() + max_seconds
         quiet = 0
         self.report.idle = False
+        announced: float | None = None  # the wait last said, by its end
         try:
             while not self.stop_signal and time.monotonic() < deadline:
                 outages = self.report.outages
@@ -172,12 +250,18 @@ class Pump:
                 depth = self.recheck_depth()
                 if depth is not None:
                     self.report.pending_rechecks = depth.total
+                awaited = self.schedule.waiting(None if rechecks else self.carry_seconds)
+                self.report.waiting = waiting_line(awaited) if awaited else ""
+                if awaited and not moved and awaited[-1].due != announced:
+                    announced = awaited[-1].due
+                    self.say(f"pump: {self.report.waiting}")
                 busy = (
                     moved
                     or depth is None
                     or self.report.outages > outages
                     or depth.visible
                     or (rechecks and depth.total)
+                    or bool(awaited and depth.delayed + depth.in_flight)
                 )
                 quiet = 0 if busy else quiet + 1
                 if quiet >= QUIET_POLLS:
@@ -187,6 +271,7 @@ class Pump:
                     self._pause()
         except PumpStopped:
             pass
+        self.report.waiting = ""
         return self.report
 
     def forever(self) -> None:

@@ -14,7 +14,7 @@ from aws_lambda_powertools import Logger
 from tally.local import stack as local_stack
 from tally.local.checkpoint import Checkpoint
 from tally.local.functions import cold_start, environment, function, variables
-from tally.local.pump import MappingSettings, Pump, Say
+from tally.local.pump import CARRY_SECONDS, MappingSettings, Pump, RecheckSchedule, Say
 from tally.local.sqs_trigger import Invoke
 from tally.local.stack import LocalStack
 from tally.local.template import load_template, template_path
@@ -44,10 +44,12 @@ def invoker(
     logical_id: str,
     template: Mapping[str, Any] | None = None,
     rules_file: Path | None = None,
+    schedule: RecheckSchedule | None = None,
 ) -> Invoke:
     """Call the handler the template names, with the template's environment, locally.
 
-    The functions load the stack's rules file, or ``rules_file`` when given.
+    The functions load the stack's rules file, or ``rules_file`` when given; ``schedule``
+    notes the rechecks the function sends.
     """
     template = template or load_template(template_path())
     spec = function(template, logical_id)
@@ -60,6 +62,9 @@ def invoker(
         values["RULES_FILE"] = str(rules_file)
     started = cold_start(spec, values)
     logger: Logger = started.modules["tally.observability"].logger
+    if schedule is not None:
+        with variables(values):
+            schedule.watch(started.modules["tally.reconciler.runtime"]._clients()[2])
     log = stack.state_dir / FUNCTION_LOG
 
     def invoke(event: dict[str, Any]) -> Any:
@@ -95,6 +100,8 @@ def pump(
     """
     template = load_template(template_path())
     settings = MappingSettings.from_template(template, parallelization=parallelization)
+    schedule = RecheckSchedule()
+    carry = environment(template, "ReconcilerFunction", stack.names()).get("CARRY_SECONDS")
     names = stack.names()
     reader = StreamReader(
         stack.client("dynamodbstreams"), stream_arn(stack.client("dynamodb"), names["Table"])
@@ -103,14 +110,16 @@ def pump(
     reader.resume(checkpoint.load())
     return Pump(
         reader,
-        invoker(stack, "ReconcilerFunction", template, rules_file),
-        invoker(stack, "RecheckFunction", template, rules_file),
+        invoker(stack, "ReconcilerFunction", template, rules_file, schedule),
+        invoker(stack, "RecheckFunction", template, rules_file, schedule),
         stack.client("sqs"),
         names["RecheckQueue"],
         names["StreamFailureQueue"],
         settings,
         say,
         checkpoint,
+        carry_seconds=float(carry) if carry else CARRY_SECONDS,
+        schedule=schedule,
     )
 
 
