@@ -24,6 +24,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
+from tally import cli
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.checkpoint import Checkpoint
@@ -609,3 +610,13 @@ def test_until_settled_waits_out_a_longer_recheck_and_says_for_what(stack: Stack
     due = datetime.fromtimestamp(waiting.due).strftime("%H:%M:%S")
     assert f"waiting for 1 recheck (deferred) until {due}" in line
     assert "deferred of likes POST#later/META" in line
+
+
+@pytest.mark.parametrize("given", ["0", "11", "two"])
+def test_a_factor_outside_1_to_10_is_a_usage_error(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["pump", "--until-idle", "--parallelization", given])
+    assert exit.value.code == 2
+    assert "--parallelization" in capsys.readouterr().err
