@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -26,11 +27,23 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "src"), str(REPO)]
+# As the tests run the handlers: Powertools reads these when the handler modules are imported.
+for _name, _value in {
+    "TALLY_TEMPLATE": str(REPO / "template.yaml"),
+    "POWERTOOLS_SERVICE_NAME": "tally",
+    "POWERTOOLS_METRICS_NAMESPACE": "TallyLiveFaults",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+}.items():
+    os.environ.setdefault(_name, _value)
 
 from tally.local.dynamodb_local import DynamoDBLocal, endpoint_from_env  # noqa: E402
+from tally.local.functions import parameter_defaults  # noqa: E402
 from tally.local.moto_server import moto_server  # noqa: E402
+from tally.local.template import load_template, template_path  # noqa: E402
 from tally.rules import load_rules  # noqa: E402
-from tally.settings import settings  # noqa: E402
 from tests.harness.live import (  # noqa: E402
     LIFECYCLE,
     LiveRun,
@@ -93,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated lifecycle scenarios, or 'none' (default: all)",
     )
     parser.add_argument("--json", type=Path, default=REPO / "benchmarks/results/live_faults.json")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=REPO / "benchmarks/results/live_faults.log",
+        help="where the handlers' own output goes (their JSON logs and metrics)",
+    )
     args = parser.parse_args(argv)
     try:
         factors = [int(f) for f in args.factors.split(",")]
@@ -105,8 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--lifecycle: unknown scenarios {sorted(unknown)}; known: {LIFECYCLE}")
     rules = load_rules(RULES_FILE)
-    carry_seconds = float(settings().carry_seconds)
+    carry_seconds = float(parameter_defaults(load_template(template_path()))["CarrySeconds"])
 
+    # The handlers log to standard output: that goes to --log, the report to the terminal.
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    with args.log.open("w") as log:
+        os.dup2(log.fileno(), sys.stdout.fileno())
     results: dict[str, Any] = {"runs": {}, "latency": {}, "goals": {}}
     met_all = True
     with contextlib.ExitStack() as exits:
@@ -125,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                         writers=args.writers,
                         operations=args.operations,
                     ).run()
-                print(f"run {run}: {outcome.describe()}", file=sys.stderr)
+                print(f"factor {factor} run {run}: {outcome.describe()}", file=out)
                 outcomes.append(outcome)
                 results["runs"][f"factor-{factor}-run-{run}"] = outcome.as_json()
             pooled: dict[str, list[float]] = {}
@@ -134,18 +159,18 @@ def main(argv: list[str] | None = None) -> int:
                     pooled.setdefault(kind, []).extend(values)
             table = latency_table(pooled)
             results["latency"][f"factor-{factor}"] = table
-            print(f"\nfactor {factor}, {args.runs} runs: fault -> alert latency")
-            print(format_latency(table))
+            print(f"\nfactor {factor}, {args.runs} runs: fault -> alert latency", file=out)
+            print(format_latency(table), file=out)
             lines = goals(outcomes, carry_seconds)
             results["goals"][f"factor-{factor}"] = [
                 {"goal": line, "met": met} for line, met in lines
             ]
             for line, met in lines:
-                print(f"  {'MET   ' if met else 'MISSED'} {line}")
+                print(f"  {'MET   ' if met else 'MISSED'} {line}", file=out)
                 met_all &= met
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2, sort_keys=True))
-    print(f"\nJSON: {args.json}")
+    print(f"\nJSON: {args.json}; the handlers' output: {args.log}", file=out)
     return 0 if met_all else 1
 
 
