@@ -85,8 +85,10 @@ class RecheckSchedule:
         except (ValueError, KeyError, TypeError, AttributeError):
             return  # not a recheck
         delay = int(params.get("DelaySeconds") or 0)
-        with self._lock:
-            self._scheduled.append(Scheduled(time.time() + delay, delay, rule, key, reason))
+        now = time.time()
+        with self._lock:  # a pump that runs for days keeps only what is still to come
+            self._scheduled = [s for s in self._scheduled if s.due + DUE_MARGIN > now]
+            self._scheduled.append(Scheduled(now + delay, delay, rule, key, reason))
 
     def waiting(self, within: float | None = None) -> list[Scheduled]:
         """Rechecks not yet looked for (due plus a margin), soonest first; with ``within``,
