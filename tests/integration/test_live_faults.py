@@ -65,7 +65,8 @@ def test_live_verification_under_faults(stack: Stack, factor: int, tmp_path: Pat
     assert down.failed == 2
     # Every fault has its latency; how long it was depends on the machine: reported only.
     latencies = [s for values in outcome.latencies.values() for s in values]
-    assert len(latencies) == len(run.ledger.faults) == 12
+    assert len(latencies) == len(run.ledger.faults)
+    assert set(outcome.latencies) == {"count/small", "count/hot", "sum/small", "sequence/small"}
     assert run.pump.settings.parallelization == factor
 
 
