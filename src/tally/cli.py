@@ -107,6 +107,18 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help="with --until-idle: give up after S seconds (default 300)",
     )
+    pump.add_argument(
+        "--until-settled",
+        action="store_true",
+        help="like --until-idle, and wait out every pending recheck (sequence grace, lag)",
+    )
+    pump.add_argument(
+        "--parallelization",
+        type=int,
+        choices=range(1, 11),
+        metavar="N",
+        help="concurrent batches per shard, 1 to 10 (default: ParallelizationFactor's default)",
+    )
     pump.set_defaults(run=_pump)
 
     audit = command("audit", "full audit of every rule, one rule or one parent")
@@ -339,11 +351,17 @@ def _pump(options: argparse.Namespace) -> int:
     rules = rules_file(options)
     if rules is not None:  # a broken rules file stops the pump before it reads a record
         load_rules(rules)
-    pump = runner.pump(targets.running(state_dir), state_dir, say=console.note, rules_file=rules)
+    pump = runner.pump(
+        targets.running(state_dir),
+        state_dir,
+        say=console.note,
+        rules_file=rules,
+        parallelization=options.parallelization,
+    )
     # The checkpoint is saved after every batch; a signal stops after the invocation in flight.
     with runner.stopped_by_signals(pump), console.live(lambda: _pump_status(pump.report)):
-        if options.until_idle:
-            pump.until_idle(options.max_seconds)
+        if options.until_idle or options.until_settled:
+            pump.until_idle(options.max_seconds, rechecks=options.until_settled)
         else:
             pump.forever()
     report = pump.report
@@ -362,10 +380,11 @@ def _pump(options: argparse.Namespace) -> int:
 
 
 def _pump_status(report: Any) -> str:
-    return (
+    status = (
         f"{report.records} records, {report.batches} batches, {report.retries} retries, "
         f"{report.sent_to_failure_queue} to the on-failure queue, {report.rechecks} rechecks done"
     )
+    return f"{status}; {report.waiting}" if report.waiting else status
 
 
 # --- operator commands -------------------------------------------------------------------

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import socket
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,18 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
+from tally import cli
+from tally.handlers import recheck as recheck_handler
+from tally.handlers import reconciler as reconciler_handler
 from tally.local.checkpoint import Checkpoint
 from tally.local.dynamodb_local import local_client_kwargs
-from tally.local.pump import QUIET_POLLS, MappingSettings, Pump
+from tally.local.pump import QUIET_POLLS, MappingSettings, Pump, lane_of
 from tally.local.sqs_trigger import Invoke
+from tally.reconciler import runtime
+from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.streams import StreamReader, stream_arn
+from tests.harness.live import watched_schedule
+from tests.integration.conftest import Stack
 from tests.utils import lambda_context, serialize
 
 
@@ -445,3 +454,169 @@ def test_sqs_down_for_a_while_stops_nothing_and_loses_nothing(
     assert info["startSequenceNumber"] == handler.sequence_numbers["ITEM#003"]
     assert info["batchSize"] == 1
     assert [json.loads(r["body"]) for r in received] == [{"during": "outage"}]
+
+
+# --- ParallelizationFactor -------------------------------------------------------------------
+
+
+def keys_in_lanes(factor: int, wanted: int) -> list[str]:
+    """Sort keys of one item collection (PK "P") whose items fall in ``wanted`` distinct lanes."""
+    chosen: dict[int, str] = {}
+    for n in range(1000):
+        sk = f"ITEM#{n:03d}"
+        lane = lane_of({"dynamodb": {"Keys": {"PK": {"S": "P"}, "SK": {"S": sk}}}}, factor)
+        chosen.setdefault(lane, sk)
+        if len(chosen) == wanted:
+            return list(chosen.values())
+    raise AssertionError("not enough lanes")
+
+
+def test_the_factor_and_the_mapping_settings_come_from_the_template(
+    template: dict[str, Any],
+) -> None:
+    settings = MappingSettings.from_template(template)
+    assert (settings.batch_size, settings.window_seconds, settings.parallelization) == (100, 1, 1)
+    assert (settings.max_retries, settings.bisect, settings.partial_responses) == (5, True, True)
+    assert MappingSettings.from_template(template, parallelization=10).parallelization == 10
+    with pytest.raises(ValueError, match="ParallelizationFactor must be 1 to 10, not 11"):
+        MappingSettings.from_template(template, parallelization=11)
+
+
+def test_one_items_records_stay_in_order_across_concurrent_batches(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    items = keys_in_lanes(4, 4)
+    written: list[tuple[str, int]] = []
+    for version in range(6):
+        for sk in items:
+            dynamodb.put_item(
+                TableName=table_name, Item=serialize({"PK": "P", "SK": sk, "v": version})
+            )
+            written.append((sk, version))
+    seen: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def handler(event: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            seen.extend(
+                (r["dynamodb"]["Keys"]["SK"]["S"], int(r["dynamodb"]["NewImage"]["v"]["N"]))
+                for r in event["Records"]
+            )
+        return {"batchItemFailures": []}
+
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        handler,  # type: ignore[arg-type]
+        batch_size=2,
+        parallelization=4,
+    )
+    report = pump.until_idle()
+    assert sorted(seen) == sorted(written)  # each record once
+    for sk in items:
+        assert [v for key, v in seen if key == sk] == list(range(6))
+    assert report.batches == 12  # each lane's records in batches of two
+    [position] = pump.positions().values()
+    assert position == max(pump.reader.positions().values(), key=int)
+
+
+def test_two_items_of_one_collection_are_verified_in_concurrent_batches(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    first, second = keys_in_lanes(2, 2)
+    for sk in (first, second):
+        dynamodb.put_item(TableName=table_name, Item=serialize({"PK": "P", "SK": sk}))
+    # Each batch waits for the other: only two batches running at once get past the barrier.
+    both = threading.Barrier(2, timeout=30)
+    threads: set[str] = set()
+
+    def handler(event: dict[str, Any]) -> dict[str, Any]:
+        threads.add(threading.current_thread().name)
+        both.wait()
+        return {"batchItemFailures": []}
+
+    report = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        handler,  # type: ignore[arg-type]
+        parallelization=2,
+    ).until_idle()
+    assert report.idle and report.records == 2 and report.batches == 2
+    assert report.concurrent_batches == 2 and len(threads) == 2
+
+
+# --- waiting for rechecks, through the real handlers -----------------------------------------
+
+
+def stack_pump(stack: Stack, say: Callable[[str], None] | None = None) -> Pump:
+    """A pump on the test stack's stream, invoking the real handlers in process."""
+    failures = stack.sqs.create_queue(QueueName=f"failures-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    return Pump(
+        stack.reader,
+        lambda event: reconciler_handler.handler(event, lambda_context()),
+        lambda event: recheck_handler.handler(event, lambda_context()),
+        stack.sqs,
+        stack.recheck_queue,
+        failures,
+        MappingSettings(batch_size=100),
+        say,
+        schedule=watched_schedule(),
+    )
+
+
+def test_until_idle_waits_for_a_carried_rogue_overwrite_to_be_recounted(stack: Stack) -> None:
+    likes = 120  # a hot post: its unbalanced remainder is carried for the carry window
+    requests = [
+        {"PutRequest": {"Item": serialize({"PK": "POST#hot", "SK": f"LIKE#USER#{n:04d}"})}}
+        for n in range(likes)
+    ]
+    for start in range(0, len(requests), 25):
+        stack.dynamodb.batch_write_item(RequestItems={stack.table: requests[start : start + 25]})
+    stack.put({"PK": "POST#hot", "SK": "META", "likeTally": likes, "tallyRevision": 1})
+    stack.records()  # the seeding is not what is verified
+    pump = stack_pump(stack)
+    stack.dynamodb.update_item(
+        TableName=stack.table,
+        Key=serialize({"PK": "POST#hot", "SK": "META"}),
+        UpdateExpression="SET likeTally = likeTally + :n",
+        ExpressionAttributeValues={":n": {"N": "7"}},
+    )
+    report = pump.until_idle(max_seconds=60)
+    assert report.idle and report.rechecks >= 1 and report.pending_rechecks == 0
+    [alert] = stack.alerts()  # after one pump, as `tally alerts` would show it
+    assert (alert["kind"], alert["stored"], alert["actual"]) == ("drift", likes + 7, likes)
+
+
+def test_until_settled_waits_out_a_longer_recheck_and_says_for_what(stack: Stack) -> None:
+    said: list[str] = []
+    pump = stack_pump(stack, said.append)
+    delay = int(pump.carry_seconds) + 3  # beyond the carry window: --until-idle leaves it
+    queue = RecheckQueue(runtime._clients()[2], stack.recheck_queue)
+    queue.schedule(Recheck("likes", {"PK": "POST#later", "SK": "META"}, 0, "deferred"), delay)
+    [waiting] = pump.schedule.waiting()
+    assert (waiting.delay, waiting.rule, waiting.key) == (delay, "likes", "POST#later/META")
+
+    first = pump.until_idle(max_seconds=60)
+    assert first.idle and first.rechecks == 0 and first.pending_rechecks == 1
+
+    settled = pump.until_idle(max_seconds=60, rechecks=True)
+    assert settled.idle and settled.rechecks == 1 and settled.pending_rechecks == 0
+    assert settled.waiting == ""
+    [line] = [line for line in said if "waiting for" in line]
+    due = datetime.fromtimestamp(waiting.due).strftime("%H:%M:%S")
+    assert f"waiting for 1 recheck (deferred) until {due}" in line
+    assert "deferred of likes POST#later/META" in line
+
+
+@pytest.mark.parametrize("given", ["0", "11", "two"])
+def test_a_factor_outside_1_to_10_is_a_usage_error(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["pump", "--until-idle", "--parallelization", given])
+    assert exit.value.code == 2
+    assert "--parallelization" in capsys.readouterr().err

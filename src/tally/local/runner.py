@@ -13,8 +13,8 @@ from aws_lambda_powertools import Logger
 
 from tally.local import stack as local_stack
 from tally.local.checkpoint import Checkpoint
-from tally.local.functions import cold_start, environment, function, parameter_defaults, variables
-from tally.local.pump import MappingSettings, Pump, Say
+from tally.local.functions import cold_start, environment, function, variables
+from tally.local.pump import CARRY_SECONDS, MappingSettings, Pump, RecheckSchedule, Say
 from tally.local.sqs_trigger import Invoke
 from tally.local.stack import LocalStack
 from tally.local.template import load_template, template_path
@@ -45,10 +45,14 @@ def invoker(
     logical_id: str,
     template: Mapping[str, Any] | None = None,
     rules_file: Path | None = None,
+    schedule: RecheckSchedule | None = None,
+    parallelization: int | None = None,
 ) -> Invoke:
     """Call the handler the template names, with the template's environment, locally.
 
-    The functions load the stack's rules file, or ``rules_file`` when given.
+    The functions load the stack's rules file, or ``rules_file`` when given; ``schedule``
+    notes the rechecks the function sends; ``parallelization`` is the factor the pump
+    emulates, which the functions read as the template would set it.
     """
     template = template or load_template(template_path())
     spec = function(template, logical_id)
@@ -59,8 +63,13 @@ def invoker(
     )
     if rules_file is not None:
         values["RULES_FILE"] = str(rules_file)
+    if parallelization is not None:
+        values["PARALLELIZATION_FACTOR"] = str(parallelization)
     started = cold_start(spec, values)
     logger: Logger = started.modules["tally.observability"].logger
+    if schedule is not None:
+        with variables(values):
+            schedule.watch(started.modules["tally.reconciler.runtime"]._clients()[2])
     log = stack.state_dir / FUNCTION_LOG
 
     def invoke(event: dict[str, Any]) -> Any:
@@ -83,19 +92,24 @@ def _logs_to(logger: Logger, out: TextIO) -> Iterator[None]:
 
 
 def pump(
-    stack: LocalStack, state_dir: Path, say: Say | None = None, rules_file: Path | None = None
+    stack: LocalStack,
+    state_dir: Path,
+    say: Say | None = None,
+    rules_file: Path | None = None,
+    parallelization: int | None = None,
 ) -> Pump:
     """A pump wired as template.yaml wires the stream and the recheck queue.
 
     It resumes after the checkpoint in ``state_dir`` and saves it after every batch.
+    ``parallelization`` replaces the template's ParallelizationFactor.
     """
     template = load_template(template_path())
     # The rules the functions will load, validated before the first record is read: a broken
     # rules file is the pump's own fault, never a batch's to send to the on-failure queue.
     load_rules(rules_file or local_stack.env(stack)["RULES_FILE"])
-    spec = function(template, "ReconcilerFunction")
-    stream = next(e for e in spec.events.values() if e.get("Type") == "DynamoDB")
-    settings = MappingSettings.from_event(stream["Properties"], parameter_defaults(template))
+    settings = MappingSettings.from_template(template, parallelization=parallelization)
+    schedule = RecheckSchedule()
+    carry = environment(template, "ReconcilerFunction", stack.names()).get("CARRY_SECONDS")
     names = stack.names()
     reader = StreamReader(
         stack.client("dynamodbstreams"), stream_arn(stack.client("dynamodb"), names["Table"])
@@ -104,14 +118,18 @@ def pump(
     reader.resume(checkpoint.load())
     return Pump(
         reader,
-        invoker(stack, "ReconcilerFunction", template, rules_file),
-        invoker(stack, "RecheckFunction", template, rules_file),
+        invoker(
+            stack, "ReconcilerFunction", template, rules_file, schedule, settings.parallelization
+        ),
+        invoker(stack, "RecheckFunction", template, rules_file, schedule, settings.parallelization),
         stack.client("sqs"),
         names["RecheckQueue"],
         names["StreamFailureQueue"],
         settings,
         say,
         checkpoint,
+        carry_seconds=float(carry) if carry else CARRY_SECONDS,
+        schedule=schedule,
     )
 
 
