@@ -383,19 +383,23 @@ class Reconciler:
         self.schedule_recheck(rule, key, 0, "repair fence failed twice")
 
     def judge_orphans(
-        self, rule: TallyRule, key: Key, finding: Finding, observed: Observed | None
+        self,
+        rule: TallyRule | SequenceRule,
+        key: Key,
+        finding: Finding,
+        observed: Observed | None,
+        counter_seen: int = 0,
     ) -> None:
         """Children (or members) without their parent: a cascade deleting them is normal, so
         they are a finding only once the same ones were seen a grace period apart. Alert-only:
-        no parent is ever created for them."""
+        no parent (or counter item) is ever created for them."""
         seen = _observation(finding)
         if rule.orphan_grace_seconds and not _same(observed, seen):
             self.off.append(Off(finding, "unconfirmed"))
-            reason = "orphans: waiting for a cascade"
-            delay = rule.orphan_grace_seconds
-            self.schedule_recheck(rule, key, 0, reason, seen, delay=delay)
+            reason, delay = "orphans: waiting for a cascade", rule.orphan_grace_seconds
+            self.schedule_recheck(rule, key, counter_seen, reason, seen, delay=delay)
             return
-        why = "orphaned children are never deleted, nor a parent created, automatically"
+        why = "the reconciler never creates a parent or counter item, nor deletes children"
         self.report(finding.with_repair(Repair("skipped", why)))
 
     def settled_recount(
@@ -714,14 +718,7 @@ class Reconciler:
             actual=Decimal(max(remaining)[0]),
             detail=f"the counter item does not exist; {count} members remain",
         )
-        seen = _observation(finding)
-        if rule.orphan_grace_seconds and not _same(recheck.observed, seen):
-            delay = rule.orphan_grace_seconds
-            reason = "orphans: waiting for a cascade"
-            self.schedule_recheck(rule, key, recheck.counter_seen, reason, seen, delay=delay)
-            return None
-        why = "the reconciler never creates a counter item"
-        self.report(finding.with_repair(Repair("skipped", why)))
+        self.judge_orphans(rule, key, finding, recheck.observed, recheck.counter_seen)
         return None
 
     def member_numbers(self, rule: SequenceRule, key: Key, above: int) -> list[tuple[int, Key]]:
