@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.harness.http import encoded, http_event, invoke, invoke_event, rest_event
 from tests.integration.test_writer_api import _invoker, put
@@ -25,6 +27,7 @@ LINE = {"PK": "ORDER#17", "SK": "LINE#3"}
 PROJECT = {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
 USERS = {"PK": "UserMetadata", "SK": "META"}
 ERROR_BODY_LIMIT = 4096
+_EXACT = Context(prec=400)
 
 
 @pytest.fixture
@@ -139,6 +142,60 @@ def test_amounts_at_the_edges_of_the_domain_are_accepted_and_summed_exactly(
     assert item["Item"]["total"] == {"N": "999999999999999.99"}
 
 
+# Numbers from DynamoDB's whole domain: 1 to 38 significant digits, leading digit at 10**-130
+# up to 10**125.
+domain_numbers = st.builds(
+    lambda sign, digits, adjusted: Decimal((sign, tuple(digits), adjusted - len(digits) + 1)),
+    st.integers(0, 1),
+    st.lists(st.integers(0, 9), min_size=1, max_size=38).filter(lambda d: d[0] != 0),
+    st.integers(-130, 125),
+)
+in_domain = st.decimals(min_value=-(10**15), max_value=10**15, places=2)
+
+
+def test_no_amount_from_the_whole_number_domain_can_poison_an_order(
+    call, dynamodb, table_name
+) -> None:
+    """Whatever the first line's amount, the order then takes any amount in the domain; an
+    amount refused (422 naming it) leaves the table as it was."""
+    orders = iter(range(10**6))
+
+    @settings(
+        max_examples=120,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(first=st.one_of(domain_numbers, in_domain), second=in_domain)
+    def run(first: Decimal, second: Decimal) -> None:
+        order = {"PK": f"ORDER#p{next(orders)}", "SK": "META"}
+        put(dynamodb, table_name, {**order, "total": Decimal(0)})
+        before = snapshot(dynamodb, table_name)
+        lines = [{**order, "SK": "LINE#1"}, {**order, "SK": "LINE#2"}]
+        body = f'{{"key": {json.dumps(lines[0])}, "attributes": {{"amount": {first}}}}}'
+        status, answer = call("POST", "/children", body)
+        fits = first == first.quantize(Decimal("0.01"), context=_EXACT) and (
+            first.copy_abs() <= Decimal("1E+15")
+        )
+        if fits:
+            assert status == 201, (first, answer)
+        else:
+            assert status == 422, (first, answer)
+            assert answer["detail"][0]["loc"] == ["body", "attributes", "amount"]
+            assert snapshot(dynamodb, table_name) == before
+        body = f'{{"key": {json.dumps(lines[1])}, "attributes": {{"amount": {second}}}}}'
+        status, answer = call("POST", "/children", body)
+        assert status == 201, (first, second, answer)
+        raw = dynamodb.get_item(
+            TableName=table_name, Key={k: {"S": v} for k, v in order.items()}, ConsistentRead=True
+        )
+        expected = _EXACT.add(first if fits else Decimal(0), second)
+        assert Decimal(raw["Item"]["total"]["N"]) == expected
+
+    run()
+
+
 # --- a counter or revision a writer cannot add to ----------------------------------------
 
 UNADDABLE = ["1E+40", "-1E+40", "5E+38", "9" * 38]
@@ -180,6 +237,19 @@ def test_a_removal_on_a_counter_past_the_range_names_it(
     before = snapshot(dynamodb, table_name)
     status, answer = call("DELETE", "/children", {"key": LIKE})
     assert (status, answer.get("attribute")) == (409, attribute), answer
+    assert snapshot(dynamodb, table_name) == before
+
+
+def test_an_atomic_allocation_for_a_registered_natural_key_writes_nothing(
+    call, dynamodb, table_name
+) -> None:
+    put(dynamodb, table_name, {**USERS, "LastID": Decimal(1)})
+    user = {"PK": "User#ann", "SK": "PROFILE"}
+    put(dynamodb, table_name, {**user, "NumIdentifier": Decimal(1), "seqName": "user-numbers"})
+    before = snapshot(dynamodb, table_name)
+    body = {"counter": USERS, "member_key": user, "strategy": "atomic"}
+    status, answer = call("POST", "/allocations", body)
+    assert (status, answer["outcome"], answer["numbers"]) == (409, "already_present", [1])
     assert snapshot(dynamodb, table_name) == before
 
 

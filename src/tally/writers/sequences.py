@@ -130,6 +130,10 @@ class SequenceAllocator:
         if rule.revision:
             adds.append(f"{names[rule.revision]} :one")
             values[":one"] = Decimal(1)
+        if isinstance(rule.members, IndexMembers) and (taken := self._natural_member(request)):
+            # Already registered: answered without burning a number (only a race between two
+            # first registrations of one key can still burn one, a gap the reconciler voids).
+            return self._existing(request, taken, 0, wasted=())
         current = self._read_counter(request)
         for _ in retrying(self.backoff):
             # The ADD applies only to a counter still one of the whole numbers it may be: a
@@ -316,6 +320,13 @@ class SequenceAllocator:
             ExpressionAttributeNames=names.expression_names,
         )
         return self._counter_value(request, read_item(response.get("Item")))
+
+    def _natural_member(self, request: AllocationRequest) -> dict[str, Any] | None:
+        assert request.member_key is not None
+        response = self.client.get_item(
+            TableName=self.table_name, Key=self._key(request.member_key), ConsistentRead=True
+        )
+        return read_item(response.get("Item"))
 
     def _counter_value(
         self, request: AllocationRequest, item: Mapping[str, Any] | None, taken: bool = False
