@@ -322,13 +322,46 @@ def _decoded(event: dict[str, Any]) -> dict[str, Any] | str:
     body = event.get("body")
     if not event.get("isBase64Encoded") or body is None:
         return event
-    if not isinstance(body, str):
-        return "the body flagged isBase64Encoded is not a string"
     try:
         text = base64.b64decode(body, validate=True).decode("utf-8")
     except (binascii.Error, ValueError):
         return "the body is flagged isBase64Encoded but is not base64 of UTF-8 text"
     return {**event, "body": text, "isBase64Encoded": False}
+
+
+def _strings(value: Any, of_lists: bool = False) -> bool:
+    """Whether ``value`` is absent or a map of strings to strings (or to lists of them)."""
+    if value is None:
+        return True
+    if not isinstance(value, dict):
+        return False
+    if of_lists:
+        return all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(i, str) for i in v)
+            for k, v in value.items()
+        )
+    return all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _malformed(event: dict[str, Any]) -> str | None:
+    """What in the event's fields the router reads is not of API Gateway's types, if any."""
+    for name in ("headers", "queryStringParameters", "pathParameters", "stageVariables"):
+        if not _strings(event.get(name)):
+            return f"the event's {name} is not a map of strings"
+    for name in ("multiValueHeaders", "multiValueQueryStringParameters"):
+        if not _strings(event.get(name), of_lists=True):
+            return f"the event's {name} is not a map of string lists"
+    cookies = event.get("cookies")
+    if cookies is not None and not (
+        isinstance(cookies, list) and all(isinstance(c, str) for c in cookies)
+    ):
+        return "the event's cookies are not a list of strings"
+    for name in ("body", "rawQueryString"):
+        if event.get(name) is not None and not isinstance(event[name], str):
+            return f"the event's {name} is not a string"
+    if event.get("isBase64Encoded") not in (None, True, False):
+        return "the event's isBase64Encoded is not a boolean"
+    return None
 
 
 def _resolver(event: Any) -> APIGatewayHttpResolver | APIGatewayRestResolver | None:
@@ -355,6 +388,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     resolver = _resolver(event)
     if resolver is None:
         return _bad_request("not an API Gateway HTTP API (v2) or REST API (v1) proxy event")
+    malformed = _malformed(event)
+    if malformed is not None:
+        return _bad_request(malformed)
     decoded = _decoded(event)
     if isinstance(decoded, str):
         return _bad_request(decoded)
