@@ -145,11 +145,15 @@ def _cut(value: Any, limit: int) -> Any:
 
 
 def _shrink(value: Any, limit: int) -> Any:
-    """Strings cut to ``limit`` characters, lists to ``_MAX_LOC`` items, at every depth."""
+    """Strings cut to ``limit`` characters (a ``loc``'s parts and names to
+    ``_MAX_LOC_PART``), lists to ``_MAX_LOC`` items, at every depth."""
     if isinstance(value, dict):
-        return {_cut(str(k), _MAX_LOC_PART): _shrink(v, limit) for k, v in value.items()}
+        return {
+            _cut(str(k), _MAX_LOC_PART): _shrink(v, _MAX_LOC_PART if k == "loc" else limit)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
-        return [_shrink(v, min(limit, _MAX_LOC_PART)) for v in list(value)[:_MAX_LOC]]
+        return [_shrink(v, limit) for v in list(value)[:_MAX_LOC]]
     return _cut(value, limit)
 
 
