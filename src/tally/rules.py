@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -186,11 +186,39 @@ class CountRule(_TallyRule):
     kind: Literal["count"]
 
 
+# DynamoDB keeps 38 significant digits; a sum rule's amounts must leave its totals room to grow.
+SUM_DIGITS = 38
+
+
 class SumRule(_TallyRule):
-    """The parent's counter equals the sum of ``summed`` over its children."""
+    """The parent's counter equals the sum of ``summed`` over its children.
+
+    ``scale`` (decimal places) and ``max_amount`` (largest absolute value) are the amount
+    domain the writers accept: every amount is a multiple of 10**-scale, so every total is
+    too, and stays exact in DynamoDB's 38 digits (docs/rules.md, "The amount domain").
+    """
 
     kind: Literal["sum"]
     summed: Annotated[str, Field(min_length=1)]
+    scale: Annotated[int, Field(ge=0, le=SUM_DIGITS - 1)] = 2
+    max_amount: Decimal = Decimal("1E+15")
+
+    @field_validator("max_amount")
+    @classmethod
+    def _amount_domain(cls, maximum: Decimal, info: ValidationInfo) -> Decimal:
+        scale = info.data.get("scale", 2)
+        if not maximum.is_finite() or maximum <= 0:
+            raise ValueError("max_amount must be a positive number")
+        digits = max(maximum.adjusted() + 1, 1) + scale
+        if digits > SUM_DIGITS:
+            raise ValueError(
+                f"max_amount {maximum} with scale {scale} needs {digits} digits; "
+                f"DynamoDB keeps {SUM_DIGITS}"
+            )
+        with localcontext(Context(prec=2 * SUM_DIGITS)):
+            if maximum % Decimal(1).scaleb(-scale) != 0:
+                raise ValueError(f"max_amount {maximum} has more decimal places than scale")
+            return maximum.quantize(Decimal(1).scaleb(-scale)).normalize()
 
 
 class _NumberedMembers(_Strict):

@@ -1,7 +1,9 @@
-"""API Gateway HTTP API (payload v2) events for the writer API, and JSON text with exact numbers."""
+"""API Gateway events for the writer API (HTTP API payload v2 and REST API v1, either with a
+base64 body), and JSON text with exact numbers."""
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from decimal import Decimal
@@ -48,12 +50,54 @@ def http_event(
     }
 
 
+def rest_event(
+    method: str, path: str, body: Any, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A REST API (payload v1) proxy event; header names as the caller sent them."""
+    sent = {"Content-Type": "application/json", **(headers or {})}
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": sent,
+        "multiValueHeaders": {name: [value] for name, value in sent.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "api",
+            "httpMethod": method,
+            "path": f"/prod{path}",
+            "protocol": "HTTP/1.1",
+            "requestId": str(uuid.uuid4()),
+            "resourcePath": "/{proxy+}",
+            "stage": "prod",
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": "pytest"},
+        },
+        "body": body if isinstance(body, str) else to_json(body),
+        "isBase64Encoded": False,
+    }
+
+
+def encoded(event: dict[str, Any]) -> dict[str, Any]:
+    """The event as API Gateway sends a binary media type: the body base64-encoded."""
+    body = base64.b64encode((event["body"] or "").encode("utf-8", "surrogatepass")).decode()
+    return {**event, "body": body, "isBase64Encoded": True}
+
+
+def invoke_event(event: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Call the writer API's handler with this event; (status, parsed JSON body)."""
+    response = writer_api.handler(event, lambda_context())
+    return response["statusCode"], json.loads(response["body"])
+
+
 def invoke(
     method: str, path: str, body: Any, headers: dict[str, str] | None = None
 ) -> tuple[int, dict[str, Any]]:
     """Call the writer API's handler as Lambda would; (status, parsed JSON body)."""
-    response = writer_api.handler(http_event(method, path, body, headers), lambda_context())
-    return response["statusCode"], json.loads(response["body"])
+    return invoke_event(http_event(method, path, body, headers))
 
 
 def to_json(value: Any) -> str:

@@ -238,7 +238,7 @@ def test_concurrent_sum_writes_are_exact_in_decimal(
             writer.add_child(line, {"amount": Decimal(rng.randrange(1, 10_000)) / 100})
             shared = {"PK": "ORDER#9", "SK": f"LINE#shared-{n % 2}"}
             writer.add_child(shared, {"amount": Decimal("0.10")})
-            writer.change_amount(shared, Decimal(rng.randrange(1, 1000)) / 1000)
+            writer.change_amount(shared, Decimal(rng.randrange(1, 1000)) / 100)
             if rng.random() < 0.3:
                 writer.remove_child(line)
 

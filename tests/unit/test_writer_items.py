@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Context, Decimal, Inexact, Rounded
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.dynamodb import Backoff
-from tally.rules import load_rules, parse_rules
+from tally.rules import SumRule, load_rules, parse_rules
 from tally.writers import InvalidRequestError
 from tally.writers import items as limits
 from tally.writers.idempotency import Guards, fingerprint
 from tally.writers.reserved import reserved_attributes
+from tally.writers.tallies import in_domain
 
 RULES_FILE = Path(__file__).parents[1] / "integration" / "rules.toml"
 
@@ -126,3 +127,87 @@ def test_fingerprints_tell_types_apart_and_ignore_set_order() -> None:
 def test_the_bundled_rules_name_the_templates_ttl_attribute(template: dict[str, Any]) -> None:
     declared = template["Resources"]["Table"]["Properties"]["TimeToLiveSpecification"]
     assert load_rules().table.ttl_attribute == declared["AttributeName"]
+
+
+# --- a sum rule's amount domain -----------------------------------------------------------
+
+# Numbers from DynamoDB's whole domain: 1 to 38 significant digits, leading digit at 10**-130
+# up to 10**125.
+domain_numbers = st.builds(
+    lambda sign, digits, adjusted: Decimal((sign, tuple(digits), adjusted - len(digits) + 1)),
+    st.integers(0, 1),
+    st.lists(st.integers(0, 9), min_size=1, max_size=38).filter(lambda d: d[0] != 0),
+    st.integers(-130, 125),
+)
+
+
+@given(domain_numbers)
+def test_an_amount_is_accepted_exactly_when_it_is_in_the_rule_domain(value: Decimal) -> None:
+    rule = load_rules(RULES_FILE)["order-total"]
+    assert isinstance(rule, SumRule)
+    exact = Context(prec=400)
+    inside = value == value.quantize(Decimal("0.01"), context=exact) and value.copy_abs() <= 10**15
+    try:
+        accepted = in_domain(value, rule, ("attributes", "amount"))
+    except InvalidRequestError as error:
+        assert not inside, value
+        assert error.field == ("attributes", "amount")
+        assert "amount domain" in str(error) or value.copy_abs() >= Decimal("1E+38")
+    else:
+        assert inside and accepted == value, value
+
+
+@given(st.lists(st.decimals(min_value=-(10**15), max_value=10**15, places=2), min_size=1))
+def test_any_sum_of_accepted_amounts_is_exact_in_38_digits(amounts: list[Decimal]) -> None:
+    exact = Context(prec=38, traps=[Inexact, Rounded])
+    total = Decimal(0)
+    for amount in amounts:
+        total = exact.add(total, amount)  # raises if DynamoDB's ADD could not be exact
+    # The bound behind it: N amounts of at most 1E+15 with 2 places need 18 + log10(N) digits.
+    assert total.copy_abs() <= len(amounts) * Decimal("1E+15")
+
+
+def _sum_rules(**domain: Any) -> dict[str, Any]:
+    rule = {
+        "name": "order-total",
+        "kind": "sum",
+        "parent": {"PK": "ORDER#*", "SK": "META"},
+        "children": {"SK": "LINE#*"},
+        "counter": "total",
+        "summed": "amount",
+        **domain,
+    }
+    return {"table": {"partition_key": "PK", "sort_key": "SK"}, "rules": [rule]}
+
+
+@pytest.mark.parametrize(
+    ("domain", "scale", "maximum"),
+    [
+        ({}, 2, Decimal("1E+15")),
+        ({"scale": 6, "max_amount": 10**12}, 6, Decimal("1E+12")),
+        ({"scale": 0, "max_amount": "9" * 38}, 0, Decimal("9" * 38)),
+        ({"max_amount": "12.50"}, 2, Decimal("12.5")),
+    ],
+)
+def test_a_sum_rule_states_its_amount_domain(domain: Any, scale: int, maximum: Decimal) -> None:
+    rule = parse_rules(_sum_rules(**domain))["order-total"]
+    assert isinstance(rule, SumRule)
+    assert (rule.scale, rule.max_amount) == (scale, maximum)
+
+
+@pytest.mark.parametrize(
+    ("domain", "says"),
+    [
+        ({"scale": 2, "max_amount": "1E+36"}, "needs 39 digits"),
+        ({"max_amount": "0.001"}, "more decimal places than scale"),
+        ({"max_amount": 0}, "positive"),
+        ({"max_amount": "-5"}, "positive"),
+        ({"scale": -1}, "scale"),
+        ({"scale": 38}, "scale"),
+        ({"max_amount": "NaN"}, "max_amount"),
+    ],
+)
+def test_an_amount_domain_no_amount_fits_is_refused_naming_the_rule(domain: Any, says: str) -> None:
+    with pytest.raises(ValueError, match="order-total") as error:
+        parse_rules(_sum_rules(**domain))
+    assert says in str(error.value)

@@ -1,25 +1,37 @@
-"""HTTP API over the transactional writers (API Gateway HTTP API, payload v2).
+"""HTTP API over the transactional writers (API Gateway HTTP API payload v2, or REST API /
+payload v1; a body flagged ``isBase64Encoded`` is decoded first).
 
 Routes: ``POST /children`` (add), ``DELETE /children`` (remove), ``PATCH /children``
 (change a sum child's amount), ``POST /allocations`` (hand out sequence numbers),
 ``GET /openapi.json`` (this API's OpenAPI document).
 
 Powertools' event handler validates each body against the pydantic models below; the
-writers then check what only they know (the rules, DynamoDB's limits). Every refusal is a
-422 naming the field: ``{"statusCode": 422, "detail": [{"loc", "type", "msg"}]}``. The
-``Idempotency-Key`` header (1..255 characters) makes a request safe to repeat: the same key
-and body answer the first outcome with ``"replayed": true``; the same key with another body
-is a 422 on the header; a key whose write has since been undone is a 409.
+writers then check what only they know (the rules, DynamoDB's limits). A request refused
+for its content is a 422 naming the field: ``{"statusCode": 422, "detail": [{"loc", "type",
+"msg"}]}``; a body that cannot be decoded is a 400; a counter a writer may not build on is a
+409 naming the attribute. Every refusal writes nothing, and every error body stays under
+4 KB (long names and messages are cut, marked). The ``Idempotency-Key`` header (1..255
+characters) makes a request safe to repeat: the same key and body answer the first outcome
+with ``"replayed": true``; the same key with another body is a 422 on the header; a key
+whose write has since been undone is a 409. docs/writers.md states the contract.
 """
 
 # No `from __future__ import annotations`: Powertools reads the routes' parameter types at
 # runtime, through the tracer's wrapper, whose globals cannot resolve string annotations.
+import base64
+import binascii
 import json
 from decimal import Decimal
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.event_handler import (
+    APIGatewayHttpResolver,
+    APIGatewayRestResolver,
+    Response,
+    content_types,
+)
+from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Header
 from aws_lambda_powertools.event_handler.openapi.types import OpenAPIResponse
@@ -54,7 +66,8 @@ def _parse_json(text: str) -> Any:
         raise json.JSONDecodeError("nested too deeply", text, 0) from None
 
 
-app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=_parse_json)
+# One set of routes, served to HTTP API (payload v2) and REST API (payload v1) events alike.
+app = Router()  # type: ignore[no-untyped-call]
 
 
 def _json_number(value: Any) -> Any:
@@ -116,7 +129,46 @@ def _writers() -> tuple[TallyWriter, SequenceAllocator]:
 
 
 def _json(status: int, body: dict[str, Any]) -> Response[str]:
+    if status >= 400:
+        body = _bounded(body)
     return Response(status, content_types.APPLICATION_JSON, json.dumps(body, default=str))
+
+
+# An error body names the field and says why in a few KB, whatever the request held.
+_MAX_TEXT, _MAX_LOC_PART, _MAX_LOC, _MAX_ERRORS, _MAX_BODY = 512, 64, 40, 8, 4096
+
+
+def _cut(value: Any, limit: int) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}...[{len(value) - limit} more characters]"
+    return value
+
+
+def _shrink(value: Any, limit: int) -> Any:
+    """Strings cut to ``limit`` characters (a ``loc``'s parts and names to
+    ``_MAX_LOC_PART``), lists to ``_MAX_LOC`` items, at every depth."""
+    if isinstance(value, dict):
+        return {
+            _cut(str(k), _MAX_LOC_PART): _shrink(v, _MAX_LOC_PART if k == "loc" else limit)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_shrink(v, limit) for v in list(value)[:_MAX_LOC]]
+    return _cut(value, limit)
+
+
+def _bounded(body: dict[str, Any]) -> dict[str, Any]:
+    """The error body with long strings cut and long lists shortened, under ``_MAX_BODY``."""
+    bounded: dict[str, Any] = _shrink(body, _MAX_TEXT)
+    detail = bounded.get("detail")
+    if isinstance(detail, list):
+        del detail[_MAX_ERRORS:]
+        while len(json.dumps(bounded, default=str)) > _MAX_BODY and len(detail) > 1:
+            detail.pop()
+    if len(json.dumps(bounded, default=str)) > _MAX_BODY:
+        smaller: dict[str, Any] = _shrink(bounded, 128)
+        return smaller
+    return bounded
 
 
 _STATUS = {
@@ -203,7 +255,7 @@ def allocate(body: Allocate, idempotency_key: IdempotencyKey = None) -> Response
 
 @app.get("/openapi.json", include_in_schema=False)
 def openapi() -> Response[str]:
-    schema = app.get_openapi_json_schema(title="tally writers", version="1.0.0")
+    schema = _http.get_openapi_json_schema(title="tally writers", version="1.0.0")
     return Response(200, content_types.APPLICATION_JSON, schema)
 
 
@@ -240,14 +292,110 @@ def _parent_missing(error: ParentNotFoundError) -> Response[str]:
 
 
 @app.exception_handler(InvalidCounterError)
+def _invalid_counter(error: InvalidCounterError) -> Response[str]:
+    logger.warning("counter refused the write", extra={"error": str(error)[:_MAX_TEXT]})
+    body = {"error": str(error), "attribute": error.attribute, "key": error.key}
+    return _json(409, body)
+
+
 @app.exception_handler(CounterBehindError)
-def _conflict(error: Exception) -> Response[str]:
-    logger.warning("counter refused the write", extra={"error": str(error)})
+def _counter_behind(error: CounterBehindError) -> Response[str]:
+    logger.warning("counter refused the write", extra={"error": str(error)[:_MAX_TEXT]})
     return _json(409, {"error": str(error)})
+
+
+_http = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=_parse_json)
+_rest = APIGatewayRestResolver(enable_validation=True, json_body_deserializer=_parse_json)
+_http.include_router(app)
+_rest.include_router(app)
+
+
+def _bad_request(message: str) -> dict[str, Any]:
+    """A 400 in the shape both payload versions accept, for an event no route can read."""
+    detail = [{"loc": ["body"], "type": "bad_request", "msg": message}]
+    return {
+        "statusCode": 400,
+        "headers": {"Content-Type": content_types.APPLICATION_JSON},
+        "body": json.dumps({"statusCode": 400, "detail": detail}),
+        "isBase64Encoded": False,
+    }
+
+
+def _decoded(event: dict[str, Any]) -> dict[str, Any] | str:
+    """The event with a base64 body decoded to its UTF-8 text, or what is wrong with it."""
+    body = event.get("body")
+    if not event.get("isBase64Encoded") or body is None:
+        return event
+    try:
+        text = base64.b64decode(body, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return "the body is flagged isBase64Encoded but is not base64 of UTF-8 text"
+    return {**event, "body": text, "isBase64Encoded": False}
+
+
+def _strings(value: Any, of_lists: bool = False) -> bool:
+    """Whether ``value`` is absent or a map of strings to strings (or to lists of them)."""
+    if value is None:
+        return True
+    if not isinstance(value, dict):
+        return False
+    if of_lists:
+        return all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(i, str) for i in v)
+            for k, v in value.items()
+        )
+    return all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _malformed(event: dict[str, Any]) -> str | None:
+    """What in the event's fields the router reads is not of API Gateway's types, if any."""
+    for name in ("headers", "queryStringParameters", "pathParameters", "stageVariables"):
+        if not _strings(event.get(name)):
+            return f"the event's {name} is not a map of strings"
+    for name in ("multiValueHeaders", "multiValueQueryStringParameters"):
+        if not _strings(event.get(name), of_lists=True):
+            return f"the event's {name} is not a map of string lists"
+    cookies = event.get("cookies")
+    if cookies is not None and not (
+        isinstance(cookies, list) and all(isinstance(c, str) for c in cookies)
+    ):
+        return "the event's cookies are not a list of strings"
+    for name in ("body", "rawQueryString"):
+        if event.get(name) is not None and not isinstance(event[name], str):
+            return f"the event's {name} is not a string"
+    if event.get("isBase64Encoded") not in (None, True, False):
+        return "the event's isBase64Encoded is not a boolean"
+    return None
+
+
+def _resolver(event: Any) -> APIGatewayHttpResolver | APIGatewayRestResolver | None:
+    if not isinstance(event, dict) or not isinstance(event.get("requestContext"), dict):
+        return None
+    context = event["requestContext"]
+    http = context.get("http")
+    if (
+        event.get("version") == "2.0"
+        and isinstance(http, dict)
+        and isinstance(http.get("method"), str)
+        and isinstance(event.get("rawPath"), str)
+    ):
+        return _http
+    if isinstance(event.get("httpMethod"), str) and isinstance(event.get("path"), str):
+        return _rest
+    return None
 
 
 @logger.inject_lambda_context(correlation_id_path="requestContext.requestId")
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    resolver = _resolver(event)
+    if resolver is None:
+        return _bad_request("not an API Gateway HTTP API (v2) or REST API (v1) proxy event")
+    malformed = _malformed(event)
+    if malformed is not None:
+        return _bad_request(malformed)
+    decoded = _decoded(event)
+    if isinstance(decoded, str):
+        return _bad_request(decoded)
+    return resolver.resolve(decoded, context)

@@ -26,13 +26,33 @@ class ParentNotFoundError(LookupError):
 
 
 class InvalidCounterError(ValueError):
-    """A counter, revision or summed attribute holds something other than a number."""
+    """A counter or revision a writer may not build on: not a number, or a number it cannot
+    add to (fractional or negative where numbers are handed out, past the range it keeps).
+    ``problem`` says which; a text value is never quoted (it may be personal)."""
 
-    def __init__(self, key: Mapping[str, str], attribute: str, value: Any):
-        kind = type(value).__name__
-        super().__init__(f"attribute {attribute!r} of item {dict(key)} is not a number: {kind}")
+    def __init__(self, key: Mapping[str, str], attribute: str, value: Any, problem: str = ""):
+        problem = problem or f"holds {_type_name(value)}, not a number"
+        super().__init__(f"attribute {attribute!r} of item {dict(key)} {problem}")
         self.key = dict(key)
         self.attribute = attribute
+        self.problem = problem
+
+
+def _type_name(value: Any) -> str:
+    """The DynamoDB type of a deserialized value, as an operator reads it in the console."""
+    if isinstance(value, str):
+        return "a string (S)"
+    if isinstance(value, bool):
+        return "a boolean (BOOL)"
+    if value is None:
+        return "null (NULL)"
+    if isinstance(value, list):
+        return "a list (L)"
+    if isinstance(value, Mapping):
+        return "a map (M)"
+    if isinstance(value, set | frozenset):
+        return "a set"
+    return "binary (B)"
 
 
 class CounterBehindError(RuntimeError):

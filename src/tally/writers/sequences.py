@@ -28,12 +28,24 @@ from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet
 from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError
 from tally.writers.idempotency import Guards, Keyed, Record
-from tally.writers.transactions import new_token, number_or_none, retrying
+from tally.writers.items import LARGEST
+from tally.writers.transactions import (
+    REVISION_LIMIT,
+    new_token,
+    number_or_none,
+    old_item,
+    read_item,
+    retrying,
+    revision_guard,
+)
 
 __all__ = ["ALLOCATION_MARKER", "Allocation", "SequenceAllocator", "Strategy"]
 
 # Set on the counter by each atomic increment: the id of the call that made it.
 ALLOCATION_MARKER = "tallyAllocation"
+# An atomic ADD applies to a counter within this many whole numbers of the value read (the
+# most values a condition's IN takes); further off, the counter is read again.
+_WINDOW = 100
 
 
 @dataclass(frozen=True)
@@ -113,35 +125,60 @@ class SequenceAllocator:
         names = Names.of(rule.counter, rule.revision, ALLOCATION_MARKER)
         counter, marker = names[rule.counter], names[ALLOCATION_MARKER]
         adds = [f"{counter} :count"]
-        values: dict[str, Any] = {":count": Decimal(request.count), ":number": "N", ":call": call}
+        values: dict[str, Any] = {":count": Decimal(request.count), ":call": call}
+        revision, revision_values = revision_guard(names, rule.revision)
         if rule.revision:
             adds.append(f"{names[rule.revision]} :one")
             values[":one"] = Decimal(1)
-        try:
-            response = self.client.update_item(
-                TableName=self.table_name,
-                Key=self._key(request.counter_key),
-                UpdateExpression=f"ADD {', '.join(adds)} SET {marker} = :call",
-                ConditionExpression=f"(attribute_not_exists({counter}) OR "
-                f"attribute_type({counter}, :number)) AND "
+        if isinstance(rule.members, IndexMembers) and (taken := self._natural_member(request)):
+            # Already registered: answered without burning a number (only a race between two
+            # first registrations of one key can still burn one, a gap the reconciler voids).
+            return self._existing(request, taken, 0, wasted=())
+        current = self._read_counter(request)
+        for _ in retrying(self.backoff):
+            # The ADD applies only to a counter still one of the whole numbers it may be: a
+            # fractional, negative or overflowing counter fails the condition, unchanged.
+            window = self._window(request, current)
+            condition = [
+                f"({counter} IN ({', '.join(window)})"
+                + (f" OR attribute_not_exists({counter}))" if current == 0 else ")"),
                 f"(attribute_not_exists({marker}) OR {marker} <> :call)",
-                ExpressionAttributeNames=names.expression_names,
-                ExpressionAttributeValues=serialize(values),
-                ReturnValues="UPDATED_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-            counted = deserialize(response["Attributes"])
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
-            counted = deserialize(_item_of(error))
-            if counted.get(ALLOCATION_MARKER) != call:
-                raise InvalidCounterError(
-                    request.counter_key, rule.counter, counted.get(rule.counter)
-                ) from None
-            # Our increment committed and its response was lost: the resend found our marker.
-        last = self._counter_value(request, counted)
-        return self._put_members(request, tuple(range(last - request.count + 1, last + 1)))
+                *revision,
+            ]
+            try:
+                response = self.client.update_item(
+                    TableName=self.table_name,
+                    Key=self._key(request.counter_key),
+                    UpdateExpression=f"ADD {', '.join(adds)} SET {marker} = :call",
+                    ConditionExpression=" AND ".join(condition),
+                    ExpressionAttributeNames=names.expression_names,
+                    ExpressionAttributeValues=serialize(values | revision_values | window),
+                    ReturnValues="UPDATED_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+                counted = read_item(response["Attributes"]) or {}
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                    raise
+                counted = read_item(_item_of(error)) or {}
+                if counted.get(ALLOCATION_MARKER) != call:
+                    # Moved past the window, or to something a writer cannot build on.
+                    current = self._counter_value(request, counted)
+                    continue
+                # Our increment committed and its response was lost: the resend found our marker.
+            last = self._counter_value(request, counted, taken=True)
+            numbers = tuple(range(last - request.count + 1, last + 1))
+            return self._put_members(request, numbers)
+        raise RuntimeError(
+            f"counter {request.counter_key} stayed contended for {self.backoff.rounds} rounds"
+        )
+
+    def _window(self, request: AllocationRequest, current: int) -> dict[str, Decimal]:
+        """The whole numbers the counter may hold for an ADD from ``current`` to be exact:
+        ``current`` and up to 99 above it (another writer's ADDs since our read), while the
+        new value stays within 38 digits."""
+        top = min(current + _WINDOW - 1, int(LARGEST) - request.count)
+        return {f":w{i}": Decimal(n) for i, n in enumerate(range(current, top + 1))}
 
     def _put_members(self, request: AllocationRequest, numbers: tuple[int, ...]) -> Allocation:
         """Second step of ``atomic``; a crash before it ends leaves the numbers as gaps.
@@ -159,7 +196,7 @@ class SequenceAllocator:
             if request.keyed and (record := self.guards.taken(cancelled, len(members))):
                 return self._replay(request.keyed, record)
             index = next(i for i in range(len(members)) if cancelled.failed(i))
-            existing = cancelled.old_item(index) or {}
+            existing = old_item(cancelled, index) or {}
             return self._existing(request, existing, numbers[index], wasted=numbers)
         return Allocation(numbers, tuple(self.rules.key_of(m) for m in members))
 
@@ -189,11 +226,11 @@ class SequenceAllocator:
                     return self._replay(request.keyed, record)
                 if cancelled.failed(0):
                     # Another writer moved the counter: its old image says where it is now.
-                    current = self._counter_value(request, cancelled.old_item(0))
+                    current = self._counter_value(request, old_item(cancelled, 0))
                     continue
                 index = next(i for i in range(1, len(members) + 1) if cancelled.failed(i))
                 return self._collision(
-                    request, cancelled.old_item(index) or {}, numbers[index - 1], attempt
+                    request, old_item(cancelled, index) or {}, numbers[index - 1], attempt
                 )
             return Allocation(
                 numbers, tuple(self.rules.key_of(m) for m in members), retries=attempt - 1
@@ -206,15 +243,21 @@ class SequenceAllocator:
 
     def _sortkey(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
-        number = self._highest_member(request) + 1
+        current = self._read_counter(request)
+        number = max(self._highest_member(request), current) + 1
         for attempt in retrying(self.backoff):
             member = request.member(self.rules.table, number)
             names = Names.of(self._pk, rule.counter, rule.revision)
             counter = names[rule.counter]
-            below = f"attribute_not_exists({counter}) OR {counter} < :n"
+            # Fenced on the counter as read: a counter that moved, or that no allocation may
+            # build on, fails the transaction and is read again from its old image.
+            fenced = f"{counter} = :old" + (
+                f" OR attribute_not_exists({counter})" if current == 0 else ""
+            )
+            values = {":old": Decimal(current), ":n": Decimal(number)}
             writes = [
                 self._put_absent(member, names),
-                self._set_counter(request, names, ":n", below, {":n": Decimal(number)}),
+                self._set_counter(request, names, ":n", fenced, values),
                 *self._guard(request, "allocated", (number,), [member]),
             ]
             try:
@@ -224,9 +267,10 @@ class SequenceAllocator:
                     return self._replay(request.keyed, record)
                 if cancelled.failed(0):
                     number += 1  # lost the race for this number: try the next (seed 001)
-                else:
-                    # The counter is already past it: numbers up to the counter are claimed.
-                    number = self._counter_value(request, cancelled.old_item(1)) + 1
+                if cancelled.failed(1):
+                    # The counter moved: numbers up to it are claimed.
+                    current = self._counter_value(request, old_item(cancelled, 1))
+                    number = max(number, current + 1)
                 continue
             return Allocation((number,), (self.rules.key_of(member),), retries=attempt - 1)
         raise RuntimeError(
@@ -267,24 +311,42 @@ class SequenceAllocator:
         return serialize(self.rules.table.typed(item))
 
     def _read_counter(self, request: AllocationRequest) -> int:
-        names = Names.of(request.rule.counter)
+        names = Names.of(request.rule.counter, request.rule.revision)
         response = self.client.get_item(
             TableName=self.table_name,
             Key=self._key(request.counter_key),
             ConsistentRead=True,
-            ProjectionExpression=names[request.rule.counter],
+            ProjectionExpression=", ".join(names.expression_names),
             ExpressionAttributeNames=names.expression_names,
         )
-        item = deserialize(response["Item"]) if "Item" in response else None
-        return self._counter_value(request, item)
+        return self._counter_value(request, read_item(response.get("Item")))
 
-    def _counter_value(self, request: AllocationRequest, item: Mapping[str, Any] | None) -> int:
-        value = number_or_none(item, request.rule.counter, request.counter_key)
-        if value is None:
-            return 0
-        if value != int(value) or value < 0:
-            raise InvalidCounterError(request.counter_key, request.rule.counter, value)
-        return int(value)
+    def _natural_member(self, request: AllocationRequest) -> dict[str, Any] | None:
+        assert request.member_key is not None
+        response = self.client.get_item(
+            TableName=self.table_name, Key=self._key(request.member_key), ConsistentRead=True
+        )
+        return read_item(response.get("Item"))
+
+    def _counter_value(
+        self, request: AllocationRequest, item: Mapping[str, Any] | None, taken: bool = False
+    ) -> int:
+        """The counter as a whole number an allocation of ``request.count`` can build on (or,
+        ``taken``, has just built on); InvalidCounterError naming it otherwise, and naming the
+        revision when that cannot take one more."""
+        rule, key = request.rule, request.counter_key
+        room = int(LARGEST) - (0 if taken else request.count)
+        value = number_or_none(item, rule.counter, key, sequence=True)
+        if value is not None and int(value) > room:
+            raise InvalidCounterError(
+                key,
+                rule.counter,
+                value,
+                f"holds {value}: {request.count} more would pass {LARGEST}, the most it keeps",
+            )
+        if rule.revision is not None and not taken:
+            number_or_none(item, rule.revision, key, limit=REVISION_LIMIT, scale=0)
+        return int(value or 0)
 
     def _set_counter(
         self,
@@ -297,15 +359,16 @@ class SequenceAllocator:
         """The counter's conditional SET (and revision bump) for a transaction."""
         rule = request.rule
         update = f"SET {names[rule.counter]} = {value}"
+        revision, revision_values = revision_guard(names, rule.revision)
         if rule.revision:
             update += f" ADD {names[rule.revision]} :one"
-            values = values | {":one": Decimal(1)}
+            values = values | {":one": Decimal(1)} | revision_values
         return {
             "Update": {
                 "TableName": self.table_name,
                 "Key": self._key(request.counter_key),
                 "UpdateExpression": update,
-                "ConditionExpression": condition,
+                "ConditionExpression": " AND ".join([f"({condition})", *revision]),
                 "ExpressionAttributeNames": names.subset(rule.counter, rule.revision),
                 "ExpressionAttributeValues": serialize(values),
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",

@@ -20,7 +20,6 @@ from tally.dynamodb import (
     Cancelled,
     Names,
     TransactionFailedError,
-    deserialize,
     serialize,
     transact,
 )
@@ -29,12 +28,21 @@ from tally.writers import items
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
+    InvalidCounterError,
     InvalidRequestError,
     ParentNotFoundError,
 )
 from tally.writers.idempotency import Guards, Keyed, Record
 from tally.writers.reserved import refuse_reserved, reserved_attributes
-from tally.writers.transactions import new_token, number_or_none, retrying
+from tally.writers.transactions import (
+    REVISION_LIMIT,
+    new_token,
+    number_or_none,
+    old_item,
+    read_item,
+    retrying,
+    revision_guard,
+)
 
 Outcome = Literal["created", "already_present", "removed", "not_present", "changed", "unchanged"]
 _Operation = Literal["add", "remove", "change"]
@@ -53,6 +61,12 @@ class WriteResult:
     attempts: int = 1
 
 
+def total_limit(rule: CountRule | SumRule) -> Decimal:
+    """The largest counter a writer adds to: 38 digits, ``scale`` of them decimal places."""
+    scale = rule.scale if isinstance(rule, SumRule) else 0
+    return Decimal((0, (9,) * items.MAX_DIGITS, -scale))
+
+
 def parent_update(
     table: str,
     parent_key: Key,
@@ -60,28 +74,28 @@ def parent_update(
     delta: Decimal,
     keys: TableKeys,
 ) -> dict[str, Any]:
-    """ADD delta to the counter and 1 to the revision, only on an existing, numeric parent."""
+    """ADD delta to the counter and 1 to the revision, only on an existing parent whose
+    counter and revision are numbers that stay exact after the ADD (every check in the
+    update's own condition, so a refusal writes nothing)."""
     partition_key = keys.partition_key
     names = Names.of(partition_key, rule.counter, rule.revision)
-    adds = [f"{names[rule.counter]} :delta"]
-    guards = [f"attribute_exists({names[partition_key]})"]
-    values: dict[str, Any] = {":delta": delta, ":number": "N"}
-    for attribute in (rule.counter, rule.revision):
-        if attribute is not None:
-            guards.append(
-                f"(attribute_not_exists({names[attribute]}) OR "
-                f"attribute_type({names[attribute]}, :number))"
-            )
-    if isinstance(rule, SumRule):
-        # The new total must stay readable: from these bounds, adding delta cannot leave it.
-        guards.append(
-            f"(attribute_not_exists({names[rule.counter]}) OR "
-            f"{names[rule.counter]} BETWEEN :low AND :high)"
-        )
-        with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_CEILING)):
-            values[":low"] = -items.LARGEST - delta
-        with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_FLOOR)):
-            values[":high"] = items.LARGEST - delta
+    counter = names[rule.counter]
+    adds = [f"{counter} :delta"]
+    limit = total_limit(rule)
+    # From these bounds (a number compares false with any other type), adding delta cannot
+    # leave ±limit. Rounded inwards to the 38 digits an expression value may have.
+    guards = [
+        f"attribute_exists({names[partition_key]})",
+        f"(attribute_not_exists({counter}) OR {counter} BETWEEN :low AND :high)",
+    ]
+    values: dict[str, Any] = {":delta": delta}
+    with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_CEILING)):
+        values[":low"] = -limit - delta
+    with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_FLOOR)):
+        values[":high"] = limit - delta
+    revision, revision_values = revision_guard(names, rule.revision)
+    guards += revision
+    values |= revision_values
     if rule.revision is not None:
         adds.append(f"{names[rule.revision]} :one")
         values[":one"] = Decimal(1)
@@ -98,24 +112,38 @@ def parent_update(
     }
 
 
+def judge_parent(
+    parent: Mapping[str, Any] | None, key: Key, rule: CountRule | SumRule
+) -> Mapping[str, Any]:
+    """The parent, after ParentNotFound or InvalidCounter for what a writer cannot add to."""
+    if parent is None:
+        raise ParentNotFoundError(key)
+    scale = rule.scale if isinstance(rule, SumRule) else 0
+    number_or_none(parent, rule.counter, key, limit=total_limit(rule), scale=scale)
+    if rule.revision is not None:
+        number_or_none(parent, rule.revision, key, limit=REVISION_LIMIT, scale=0)
+    return parent
+
+
 def raise_for_parent(
     cancelled: Cancelled,
     index: int,
     key: Key,
-    *attributes: str | None,
+    rule: CountRule | SumRule,
+    delta: Decimal,
     out_of_range: Exception | None = None,
 ) -> None:
     """Turn the parent's failed condition into ParentNotFound or InvalidCounter, or, when its
-    numbers are fine, ``out_of_range`` (a sum's total would leave the readable range)."""
+    numbers are fine, ``out_of_range`` (a sum's total would leave the range it keeps)."""
     if not cancelled.failed(index):
         return
-    old = cancelled.old_item(index)
-    if old is None:
-        raise ParentNotFoundError(key)
-    for attribute in attributes:
-        if attribute is not None:
-            number_or_none(old, attribute, key)
-    raise out_of_range or cancelled.unexpected()
+    parent = judge_parent(old_item(cancelled, index), key, rule)
+    if out_of_range is not None:
+        raise out_of_range
+    value = parent.get(rule.counter)
+    raise InvalidCounterError(
+        key, rule.counter, value, f"holds {value}: adding {delta} would pass ±{total_limit(rule)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -171,7 +199,7 @@ class TallyWriter:
         parent = parent_update(self.table_name, match.parent_key, rule, delta, self._keys)
         amount = ("attributes", rule.summed) if isinstance(rule, SumRule) else None
         try:
-            return self._commit(write, [child, parent], amount)
+            return self._commit(write, [child, parent], amount, delta)
         except Cancelled as cancelled:
             return self._settle(write, "already_present", cancelled.attempts)
 
@@ -197,7 +225,7 @@ class TallyWriter:
         }
         parent = parent_update(self.table_name, match.parent_key, rule, Decimal(-1), self._keys)
         try:
-            return self._commit(write, [child, parent], None)
+            return self._commit(write, [child, parent], None, Decimal(-1))
         except Cancelled as cancelled:
             return self._settle(write, "not_present", cancelled.attempts)
 
@@ -212,7 +240,7 @@ class TallyWriter:
                 ("amount",),
                 f"rule {rule.name!r} is a {rule.kind} rule: only sum children have amounts",
             )
-        new = items.number(amount, ("amount",))
+        new = in_domain(amount, rule, ("amount",))
         keyed = self.guards.request(idempotency_key, "change", key, new)
         write = _Write("change", dict(key), match.parent_key, rule, keyed, new)
         return self._change_sum_child(write, ("amount",))
@@ -242,7 +270,7 @@ class TallyWriter:
             amount: Field = (*field, rule.summed)
             if rule.summed not in values:
                 raise InvalidRequestError(amount, f"a {rule.name!r} child needs its amount")
-            values[rule.summed] = items.number(values[rule.summed], amount)
+            values[rule.summed] = in_domain(values[rule.summed], rule, amount)
         item = {**values, **key}
         items.check_size(item, field)
         return item
@@ -250,7 +278,7 @@ class TallyWriter:
     # --- committing ---------------------------------------------------------------------
 
     def _commit(
-        self, write: _Write, writes: list[dict[str, Any]], amount: Field | None
+        self, write: _Write, writes: list[dict[str, Any]], amount: Field | None, delta: Decimal
     ) -> WriteResult:
         """Commit the writes (and the key's guard); ``Cancelled`` when the child's condition
         failed, which the caller turns into its outcome."""
@@ -264,15 +292,17 @@ class TallyWriter:
             rule = write.rule
             beyond = None
             if amount is not None:
-                message = f"the parent's {rule.counter!r} would pass ±{items.LARGEST}"
+                message = f"the parent's {rule.counter!r} would pass ±{total_limit(rule)}"
                 beyond = InvalidRequestError(amount, message)
-            raise_for_parent(
-                cancelled, 1, write.parent_key, rule.counter, rule.revision, out_of_range=beyond
-            )
+            raise_for_parent(cancelled, 1, write.parent_key, rule, delta, out_of_range=beyond)
             raise
         except TransactionFailedError as failed:
             refusal = _number_refusal(failed)
-            if amount is None or refusal is None:
+            if refusal is None:
+                raise
+            # DynamoDB refused a number: find out whose, reading the parent (nothing written).
+            judge_parent(self._get(write.parent_key), write.parent_key, write.rule)
+            if amount is None:
                 raise
             raise InvalidRequestError(
                 amount, f"the parent's {write.rule.counter!r} cannot take it: {refusal}"
@@ -316,13 +346,16 @@ class TallyWriter:
             if write.new is not None:
                 items.check_size({**current, rule.summed: write.new}, ("amount",))
             try:
-                result = self._commit(write, self._sum_writes(write, rule, old), field)
+                writes, delta = self._sum_writes(write, rule, old)
+                result = self._commit(write, writes, field, delta)
             except Cancelled:
                 continue  # the amount moved between our read and our write
             return replace(result, attempts=result.attempts + attempt - 1)
         raise RuntimeError(f"child {write.key} kept changing over {attempts} attempts")
 
-    def _sum_writes(self, write: _Write, rule: SumRule, old: Decimal) -> list[dict[str, Any]]:
+    def _sum_writes(
+        self, write: _Write, rule: SumRule, old: Decimal
+    ) -> tuple[list[dict[str, Any]], Decimal]:
         names = Names.of(self._pk, rule.summed)
         summed = names[rule.summed]
         fence = f"{summed} = :old" + (f" OR attribute_not_exists({summed})" if old == 0 else "")
@@ -341,13 +374,29 @@ class TallyWriter:
             values[":new"] = write.new
             entry = {"Update": child}
         child["ExpressionAttributeValues"] = serialize(values)
-        return [entry, parent_update(self.table_name, write.parent_key, rule, delta, self._keys)]
+        parent = parent_update(self.table_name, write.parent_key, rule, delta, self._keys)
+        return [entry, parent], delta
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         response = self.client.get_item(
             TableName=self.table_name, Key=serialize(self._keys.typed(key)), ConsistentRead=True
         )
-        return deserialize(response["Item"]) if "Item" in response else None
+        return read_item(response.get("Item"))
+
+
+def in_domain(value: Any, rule: SumRule, field: Field) -> Decimal:
+    """The amount as stored, or a refusal naming the field and the rule's amount domain."""
+    amount = items.number(value, field)
+    exponent = amount.as_tuple().exponent
+    assert isinstance(exponent, int)
+    if -exponent > rule.scale or amount.copy_abs() > rule.max_amount:
+        raise InvalidRequestError(
+            field,
+            f"{amount} is outside rule {rule.name!r}'s amount domain: at most {rule.scale} "
+            f"decimal places and at most {rule.max_amount} either side of 0 "
+            f"(scale = {rule.scale}, max_amount = {rule.max_amount})",
+        )
+    return amount
 
 
 def _still_holds(write: _Write, outcome: str, item: Mapping[str, Any] | None) -> bool:

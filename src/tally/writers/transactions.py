@@ -6,11 +6,17 @@ import random
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
-from tally.dynamodb import Backoff
+from boto3.dynamodb.types import TypeDeserializer
+
+from tally.dynamodb import Backoff, Cancelled, Names
 from tally.writers.errors import InvalidCounterError
+
+# A revision takes ADD 1 while it stays within 38 digits.
+REVISION_LIMIT = Decimal("9" * 37 + "8")
+_WIDE = Context(prec=400)
 
 
 def new_token() -> str:
@@ -23,14 +29,75 @@ def new_token() -> str:
     return str(uuid.uuid4())
 
 
-def number_or_none(item: Mapping[str, Any] | None, attribute: str, key: Mapping[str, str]) -> Any:
-    """The attribute as a Decimal (None when absent); InvalidCounterError for any other type."""
+class _ExactDeserializer(TypeDeserializer):
+    """boto3's deserializer, but every number exact whatever its digits: boto3 rounds in a
+    38-digit context and raises on a number DynamoDB returns in plain notation (1E+40 as 41
+    digits), which a writer must read to refuse it by name."""
+
+    def _deserialize_n(self, value: str) -> Decimal:
+        return Decimal(value)
+
+    def _deserialize_ns(self, value: list[str]) -> set[Decimal]:
+        return {Decimal(v) for v in value}
+
+
+_EXACT_READER = _ExactDeserializer()
+
+
+def read_item(raw: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """An item as returned by DynamoDB (``{"N": ...}`` values), numbers exact; None stays None."""
+    if not raw:
+        return None
+    return {name: _EXACT_READER.deserialize(value) for name, value in raw.items()}
+
+
+def old_item(cancelled: Cancelled, index: int) -> dict[str, Any] | None:
+    """The item whose condition failed, as it was (needs ALL_OLD on that item)."""
+    return read_item(cancelled.reasons[index].get("Item"))
+
+
+def number_or_none(
+    item: Mapping[str, Any] | None,
+    attribute: str,
+    key: Mapping[str, str],
+    *,
+    limit: Decimal | None = None,
+    scale: int | None = None,
+    sequence: bool = False,
+) -> Decimal | None:
+    """The attribute as a Decimal (None when absent), judged: InvalidCounterError naming it
+    when it is not a number, or a number a writer cannot build on: past ``±limit``, with more
+    than ``scale`` decimal places, or (``sequence``) not a whole number of at least 0."""
     if item is None or attribute not in item:
         return None
     value = item[attribute]
-    if not isinstance(value, Decimal):
+    if not isinstance(value, Decimal) or not value.is_finite():
         raise InvalidCounterError(key, attribute, value)
+    if sequence and value != value.to_integral_value():
+        raise InvalidCounterError(key, attribute, value, f"holds {value}, not a whole number")
+    if sequence and value < 0:
+        raise InvalidCounterError(
+            key, attribute, value, f"holds {value}: a sequence counter is never negative"
+        )
+    if limit is not None and value.copy_abs() > limit:
+        raise InvalidCounterError(
+            key, attribute, value, f"holds {value}, past ±{limit}, the most a writer adds to"
+        )
+    if scale is not None and value != value.quantize(Decimal(1).scaleb(-scale), context=_WIDE):
+        raise InvalidCounterError(
+            key, attribute, value, f"holds {value}, more decimal places than its scale {scale}"
+        )
     return value
+
+
+def revision_guard(names: Names, revision: str | None) -> tuple[list[str], dict[str, Any]]:
+    """The condition that keeps ADD 1 on the revision exact (absent, or a number with room)."""
+    if revision is None:
+        return [], {}
+    name = names[revision]
+    condition = f"(attribute_not_exists({name}) OR {name} BETWEEN :revisionLow AND :revisionHigh)"
+    bounds = {":revisionLow": REVISION_LIMIT.copy_negate(), ":revisionHigh": REVISION_LIMIT}
+    return [condition], bounds
 
 
 def retrying(backoff: Backoff) -> Iterator[int]:
