@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import hypothesis
 import pytest
 from botocore.config import Config
 
@@ -17,6 +18,11 @@ from tally.local.dynamodb_local import DynamoDBLocal, endpoint_from_env, local_c
 from tally.local.template import create_table, load_template, template_path
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+# A busy machine is no failure: property tests are judged by their examples, never by a
+# per-example deadline.
+hypothesis.settings.register_profile("tally", deadline=None)
+hypothesis.settings.load_profile("tally")
 
 # The project under test, whatever directory pytest runs from.
 os.environ.setdefault("TALLY_TEMPLATE", str(Path(__file__).parents[1] / "template.yaml"))
