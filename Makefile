@@ -7,7 +7,7 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck sam asl unit integration test demo demo-under-load bench-writers bench-reconciler bench-audit invoke clean
+.PHONY: venv install dynamodb-local lint typecheck sam asl deploy-test unit integration test demo demo-under-load bench-writers bench-reconciler bench-audit invoke clean
 
 export SAM_CLI_TELEMETRY = 0
 
@@ -49,6 +49,12 @@ $(ASL_VALIDATOR):
 
 asl: $(STAMP) $(ASL_VALIDATOR)
 	TALLY_REQUIRE_ASL_VALIDATOR=1 $(PY) -m pytest tests/unit/test_state_machine.py -q
+
+# template.yaml expanded as `sam deploy` expands it and created with moto's CloudFormation, on
+# the example table and on an existing one; what moto can answer is read back and compared with
+# the template and the pump (docs/operations.md). `make integration` runs it too.
+deploy-test: $(STAMP)
+	$(PY) -m pytest tests/integration/test_deploy.py -q
 
 unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q

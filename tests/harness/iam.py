@@ -176,20 +176,30 @@ class Policy:
         return Policy(self.role, tuple(kept))
 
 
+def expand(
+    parameters: Mapping[str, str], template: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """template.yaml as `sam deploy` hands it to CloudFormation: the code and the layer
+    packaged to S3 (``s3://bucket/code.zip``, ``s3://bucket/layer.zip``) and every
+    ``AWS::Serverless::*`` resource expanded by samtranslator."""
+    source = copy.deepcopy(dict(template or load_template(template_path())))
+    source["Globals"]["Function"]["CodeUri"] = "s3://bucket/code.zip"  # as `sam package` does
+    for body in source["Resources"].values():
+        if body["Type"] == "AWS::Serverless::LayerVersion":
+            body["Properties"]["ContentUri"] = "s3://bucket/layer.zip"
+    translator = Translator(None, Parser(), boto_session=boto3.Session(region_name=REGION))
+    translated: dict[str, Any] = translator.translate(
+        source, parameter_values=dict(parameters), get_managed_policy_map=dict
+    )
+    return translated
+
+
 class Deployment:
     """The stack ``sam deploy`` would create from template.yaml with ``parameters``."""
 
     def __init__(self, parameters: Mapping[str, str], template: Mapping[str, Any] | None = None):
         self.parameters = dict(parameters)
-        source = copy.deepcopy(dict(template or load_template(template_path())))
-        source["Globals"]["Function"]["CodeUri"] = "s3://bucket/code.zip"  # as `sam package` does
-        for body in source["Resources"].values():
-            if body["Type"] == "AWS::Serverless::LayerVersion":
-                body["Properties"]["ContentUri"] = "s3://bucket/layer.zip"
-        translator = Translator(None, Parser(), boto_session=boto3.Session(region_name=REGION))
-        translated = translator.translate(
-            source, parameter_values=dict(parameters), get_managed_policy_map=dict
-        )
+        translated = expand(parameters, template)
         self.values = parameter_defaults(translated) | self.parameters
         self.conditions = conditions(translated, self.values)
         self.resources: dict[str, dict[str, Any]] = {
