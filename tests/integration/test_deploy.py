@@ -33,7 +33,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tally.local.functions import function, parameter_defaults
+from tally.local.functions import parameter_defaults
 from tally.local.pump import MappingSettings, Pump
 from tally.local.template import load_template, template_path
 from tests.harness.iam import Deployment, NotModelled, expand
@@ -72,8 +72,7 @@ PUMP_EMULATES: dict[str, Callable[[MappingSettings], Any]] = {
     "MaximumRetryAttempts": lambda s: s.max_retries,
     "BisectBatchOnFunctionError": lambda s: s.bisect,
     "FunctionResponseTypes": lambda s: ["ReportBatchItemFailures"] if s.partial_responses else [],
-    # A pump without the setting runs one batch of a shard at a time.
-    "ParallelizationFactor": lambda s: getattr(s, "parallelization", 1),
+    "ParallelizationFactor": lambda s: s.parallelization,
 }
 PUMP_FIELDS = {
     "batch_size",
@@ -439,10 +438,7 @@ def test_every_mapping_is_deployed_as_the_template_declares_it(emulated: Emulate
 
 def pump_settings() -> MappingSettings:
     """The stream mapping's settings as the local pump reads them (tally.local.runner.pump)."""
-    template = load_template(template_path())
-    events = function(template, "ReconcilerFunction").events.values()
-    stream = next(e for e in events if e.get("Type") == "DynamoDB")
-    return MappingSettings.from_event(stream["Properties"], parameter_defaults(template))
+    return MappingSettings.from_template(load_template(template_path()))
 
 
 def test_the_mappings_are_what_the_pump_emulates(emulated: Emulated) -> None:
