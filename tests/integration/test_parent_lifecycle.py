@@ -9,6 +9,7 @@ exist when its write commits.
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from tally.reconciler import runtime
 from tally.rules import REPAIR_MARKER, load_rules
 from tally.writers import SequenceAllocator, TallyWriter
-from tests.integration.conftest import RULES_FILE, Stack
+from tests.integration.conftest import RULES_FILE, Stack, _clear_caches
 from tests.utils import deserialize, serialize
 
 RULES = load_rules(RULES_FILE)
@@ -270,3 +271,115 @@ def test_a_project_reused_before_its_recheck_never_voids_the_new_lifes_numbers(
     stack.settle()
     assert stack.alerts() == []
     assert reconciler_writes(stack) == []
+
+
+TTL = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+
+
+def test_a_ttl_expiry_never_decrements_a_parent_made_again(stack: Stack) -> None:
+    """Sessions expire by TTL around their user's deletion and re-creation, in one batch:
+    the new user's counter owes the old sessions nothing, and nothing is written to it."""
+    user = {"PK": "USER#u1", "SK": "META"}
+    stack.put({**user, "activeSessions": 0})
+    w = TallyWriter(stack.dynamodb, stack.table, RULES)
+    for session in ("s1", "s2"):
+        w.add_child({"PK": "USER#u1", "SK": f"SESSION#{session}"})
+    stack.settle()
+    stack.delete("USER#u1", "SESSION#s1")
+    stack.delete("USER#u1", "META")
+    stack.delete("USER#u1", "SESSION#s2")
+    stack.put({**user, "activeSessions": 0})
+    records = stack.records()
+    for record in records:
+        if record["dynamodb"]["Keys"]["SK"]["S"].startswith("SESSION#"):
+            record["userIdentity"] = TTL
+    stack.deliver(records)
+    stack.settle()
+    assert stack.alerts() == []
+    assert stack.item("USER#u1", "META") == {**user, "activeSessions": 0}
+
+
+def test_a_ttl_expiry_delivered_after_its_parent_was_made_again_is_not_applied(
+    stack: Stack,
+) -> None:
+    user = {"PK": "USER#u1", "SK": "META"}
+    stack.put({**user, "activeSessions": 0})
+    TallyWriter(stack.dynamodb, stack.table, RULES).add_child({"PK": "USER#u1", "SK": "SESSION#s1"})
+    stack.settle()
+    stack.delete("USER#u1", "SESSION#s1")
+    expired = stack.records()
+    for record in expired:
+        record["userIdentity"] = TTL
+    stack.delete("USER#u1", "META")
+    stack.put({**user, "activeSessions": 0})
+    stack.pump()  # the user's new life first: the stream lagged behind the expiry
+    stack.deliver(expired)
+    stack.settle()
+    assert stack.alerts() == []
+    assert stack.item("USER#u1", "META") == {**user, "activeSessions": 0}
+
+
+def test_a_deletion_split_by_a_batch_boundary_keeps_no_horizon_for_the_next_life(
+    stack: Stack,
+) -> None:
+    keys = project_with_issues(stack)
+    stack.dynamodb.batch_write_item(
+        RequestItems={stack.table: [{"DeleteRequest": {"Key": serialize(k)}} for k in keys]}
+    )
+    records = stack.records()
+    last = [r for r in records if r["dynamodb"]["Keys"]["SK"]["S"] == "ISSUE#0000000003"]
+    stack.deliver(last)  # the boundary: issue 3's removal alone, the counter's in the next
+    stack.deliver([r for r in records if r not in last])
+    numbers = SequenceAllocator(stack.dynamodb, stack.table, RULES)
+    for _ in range(2):
+        numbers.allocate(PROJECT, attributes={"title": "a new life"})
+    stack.dynamodb.update_item(  # number 3 in flight: the counter moved, the member not yet
+        TableName=stack.table,
+        Key=serialize(PROJECT),
+        UpdateExpression="ADD lastIssue :one",
+        ExpressionAttributeValues=serialize({":one": 1}),
+    )
+    stack.run_rechecks()
+    assert stack.item("PROJECT#A", "ISSUE#0000000003") is None
+    stack.put({"PK": "PROJECT#A", "SK": "ISSUE#0000000003", "title": "a new life"})
+    stack.settle()
+    assert stack.alerts() == []
+    assert reconciler_writes(stack) == []
+
+
+def test_a_members_only_sequence_deleted_leaves_its_void_no_anchor(
+    stack: Stack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issues 1, 3, 4 (2 voided as a gap), then the project is deleted: the VOID the
+    reconciler wrote is no member that keeps the sequence alive."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text(MEMBERS_ONLY)
+    monkeypatch.setenv("RULES_FILE", str(rules))
+    _clear_caches()
+    for number in (1, 3, 4):
+        stack.put({"PK": "BOARD#b", "SK": f"TASK#{number:010d}"})
+    stack.settle()
+    [gap] = stack.alerts()
+    assert (gap["kind"], gap["number"], gap["repair"]["status"]) == ("gap", 2, "applied")
+    for number in (1, 3, 4):
+        stack.delete("BOARD#b", f"TASK#{number:010d}")
+    stack.settle()
+    assert stack.alerts() == []
+    assert [item["SK"] for item in collection(stack, "BOARD#b")] == ["TASK#0000000002"]
+
+
+MEMBERS_ONLY = """
+[table]
+partition_key = "PK"
+sort_key = "SK"
+
+[[rules]]
+name = "tasks"
+kind = "sequence"
+parent = { PK = "BOARD#*", SK = "COUNTER#TASK" }
+counter_holds = "none"
+members = { layout = "collection", SK = "TASK#*", width = 10 }
+grace_seconds = 0
+orphan_grace_seconds = 1
+repair = "auto"
+"""

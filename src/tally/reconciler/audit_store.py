@@ -305,13 +305,27 @@ class AuditStore:
 
     def watermark(self, rule: str, key: Mapping[str, str]) -> int:
         """Every number up to here is verified present or voided; 0 when none is."""
+        return self.sequence_state(rule, key)[0]
+
+    def sequence_state(self, rule: str, key: Mapping[str, str]) -> tuple[int, int]:
+        """The watermark, and the epoch: how many times the counter item was seen removed."""
         response = self.client.get_item(
             TableName=self.table_name,
             Key=serialize(_watermark_key(rule, key)),
             ConsistentRead=True,
         )
         item = deserialize(response.get("Item") or {})
-        return int(item.get("watermark", 0))
+        return int(item.get("watermark", 0)), int(item.get("epoch", 0))
+
+    def end_sequence(self, rule: str, key: Mapping[str, str]) -> None:
+        """The counter item was removed: its numbers are no horizon for a later life of the
+        key. The watermark starts again at 0 and the epoch moves on."""
+        self.client.update_item(
+            TableName=self.table_name,
+            Key=serialize(_watermark_key(rule, key)),
+            UpdateExpression="SET watermark = :zero ADD epoch :one",
+            ExpressionAttributeValues=serialize({":zero": 0, ":one": 1}),
+        )
 
     def advance_watermark(self, rule: str, key: Mapping[str, str], to: int) -> bool:
         """Move the watermark forward to ``to``; False when it already stands there or beyond."""

@@ -139,7 +139,8 @@ class Audit:
             if defer:
                 reconciler.schedule_recheck(target, key, seen, "full audit")
             else:
-                self._due.append(Recheck(target.name, key, seen, "full audit"))
+                epoch = reconciler.store.sequence_state(target.name, key)[1]  # the horizon's life
+                self._due.append(Recheck(target.name, key, seen, "full audit", epoch=epoch))
             return
         self.report.recounted += 1
         reconciler.inline_rechecks = None if defer else self._later

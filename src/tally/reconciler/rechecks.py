@@ -26,6 +26,9 @@ class Recheck:
     reason: str
     observed: Observed | None = None  # what an aggregated counter's last recount saw
     carry_since: int = 0
+    # Sequences: the life of the counter item the horizon belongs to (the audit table counts
+    # the removals of the counter item); a recheck from an earlier life judges no gap.
+    epoch: int = 0
 
 
 class RecheckQueue:
@@ -40,6 +43,8 @@ class RecheckQueue:
         body = asdict(recheck)
         if recheck.observed is None:
             del body["observed"]  # only aggregated counters carry one
+        if not recheck.epoch:
+            del body["epoch"]  # a sequence whose counter item was never removed
         self.sqs.send_message(
             QueueUrl=self.queue_url,
             MessageBody=json.dumps(body, sort_keys=True),
@@ -56,6 +61,7 @@ class _RecheckBody(BaseModel):
     reason: str
     observed: tuple[str | None, str] | None = None
     carry_since: int = Field(default=0, ge=0)
+    epoch: int = Field(default=0, ge=0)
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -75,4 +81,5 @@ def parse_recheck(body: str) -> Recheck:
         parsed.reason,
         parsed.observed,
         parsed.carry_since,
+        parsed.epoch,
     )

@@ -36,6 +36,10 @@ from tally.rules import (
 
 AnyRule = CountRule | SumRule | SequenceRule
 VoidOutcome = Literal["written", "arrived", "gone"]
+DecrementOutcome = Literal["applied", "replayed", "refused"]
+# A member as read: its number, its key, and whether it is a VOID tombstone.
+Member = tuple[int, Key, bool]
+VOID = "void"  # the attribute that marks a tombstone
 _ABSENT = None
 _BATCH_GET = 100  # BatchGetItem's limit of keys per request
 
@@ -170,16 +174,22 @@ class TallyTable:
         }
 
     def member_numbers(
-        self, rule: SequenceRule, counter_key: Key, above: int
+        self, rule: SequenceRule, counter_key: Key, above: int, *, voids: bool = True
     ) -> list[tuple[int, Key]]:
-        """Members numbered above ``above``, ascending (the GSI is eventually consistent)."""
+        """Members numbered above ``above``, ascending (the GSI is eventually consistent).
+
+        VOID tombstones hold their numbers like members; ``voids=False`` leaves them out,
+        for the question whether any real member is left.
+        """
         if isinstance(rule.members, CollectionMembers):
-            return self._collection_members(rule, rule.members, counter_key, above)
-        if isinstance(rule.members, PartitionMembers):
-            return self._partition_members(rule, counter_key, above)
-        if isinstance(rule.members, AttributeMembers):
+            found = self._collection_members(rule, rule.members, counter_key, above)
+        elif isinstance(rule.members, PartitionMembers):
+            found = self._partition_members(rule, counter_key, above)
+        elif isinstance(rule.members, AttributeMembers):
             raise ValueError(f"rule {rule.name!r}: attribute-layout members are in the ledger")
-        return self._index_members(rule, rule.members, above)
+        else:
+            found = self._index_members(rule, rule.members, above)
+        return [(n, key) for n, key, void in found if voids or not void]
 
     def attribute_number(self, rule: SequenceRule, member: Key) -> int | None:
         """The ordinal a member holds now (attribute layout), by a consistent read."""
@@ -199,9 +209,9 @@ class TallyTable:
 
     def _collection_members(
         self, rule: SequenceRule, members: CollectionMembers, counter_key: Key, above: int
-    ) -> list[tuple[int, Key]]:
+    ) -> list[Member]:
         assert self._sk is not None
-        names = Names.of(self._pk, self._sk)
+        names = Names.of(self._pk, self._sk, VOID)
         values: dict[str, Any] = {":pk": self._value(counter_key, self._pk)}
         if self.rules.table.numeric(self._sk):
             condition = f"{names[self._sk]} > :above"
@@ -223,15 +233,14 @@ class TallyTable:
         for page in pages:
             self.reads.add(page, page["ScannedCount"])
             for raw in page["Items"]:
-                key = self.rules.key_of(deserialize(raw))
+                item = deserialize(raw)
+                key = self.rules.key_of(item)
                 number = rule.member_number(key[self._sk])
                 if number is not None and number > above:
-                    found.append((number, key))
+                    found.append((number, key, item.get(VOID) is True))
         return found
 
-    def _partition_members(
-        self, rule: SequenceRule, counter_key: Key, above: int
-    ) -> list[tuple[int, Key]]:
+    def _partition_members(self, rule: SequenceRule, counter_key: Key, above: int) -> list[Member]:
         """Members above ``above`` by consistent point reads, each in its own partition.
 
         Numbers up to the counter are read, then on past it for as long as a hundred
@@ -240,21 +249,19 @@ class TallyTable:
         counter = self.read_parent(rule, counter_key).counter
         counted = isinstance(counter, Decimal) and counter.is_finite() and counter > 0
         through = int(counter) if counted else 0
-        found: list[tuple[int, Key]] = []
+        found: list[Member] = []
         number, beyond = above + 1, True
         while number <= through or beyond:
             numbers = range(number, number + _BATCH_GET)
             hits = self._get_members(rule, counter_key, numbers)
             found += hits
-            beyond = any(n > through for n, _ in hits)
+            beyond = any(n > through for n, _, _ in hits)
             number += _BATCH_GET
         return sorted(found)
 
-    def _get_members(
-        self, rule: SequenceRule, counter_key: Key, numbers: range
-    ) -> list[tuple[int, Key]]:
+    def _get_members(self, rule: SequenceRule, counter_key: Key, numbers: range) -> list[Member]:
         table = self.rules.table
-        names = Names.of(*table.names)
+        names = Names.of(*table.names, VOID)
         request = {
             "Keys": [self._key(rule.member_key(counter_key, n, table)) for n in numbers],
             "ConsistentRead": True,
@@ -270,10 +277,11 @@ class TallyTable:
             consumed = response.get("ConsumedCapacity") or [{}]  # one entry: one table
             self.reads.add({"ConsumedCapacity": consumed[0]}, len(items))
             for raw in items:
-                key = self.rules.key_of(deserialize(raw))
+                item = deserialize(raw)
+                key = self.rules.key_of(item)
                 member = rule.member_number(key[table.partition_key])
                 if member is not None:
-                    found.append((member, key))
+                    found.append((member, key, item.get(VOID) is True))
             unprocessed = response.get("UnprocessedKeys", {}).get(self.name)
             if not unprocessed:
                 return found
@@ -283,9 +291,7 @@ class TallyTable:
             f"{self.name}: keys still unprocessed after {self.backoff.attempts} tries"
         )
 
-    def _index_members(
-        self, rule: SequenceRule, members: IndexMembers, above: int
-    ) -> list[tuple[int, Key]]:
+    def _index_members(self, rule: SequenceRule, members: IndexMembers, above: int) -> list[Member]:
         names = Names.of(members.sequence_attribute, members.number)
         found = []
         pages = self.client.get_paginator("query").paginate(
@@ -307,7 +313,8 @@ class TallyTable:
                 number = item[members.number]
                 key = self.rules.key_of(item)
                 if self._is_member(rule, key) and number.is_finite() and number == int(number):
-                    found.append((int(number), key))
+                    void = key == self._index_void_key(rule, members, int(number))
+                    found.append((int(number), key, void))
         return found
 
     def _is_member(self, rule: SequenceRule, key: Key) -> bool:
@@ -363,9 +370,20 @@ class TallyTable:
         delta: Decimal,
         marker: str,
         marker_put: Mapping[str, Any],
-    ) -> bool:
-        """Apply a TTL expiry's decrement once: the marker put fails on redelivery."""
+    ) -> DecrementOutcome:
+        """Apply a TTL expiry's decrement once: the marker put fails on redelivery.
+
+        "applied", "replayed" (applied before: a redelivery), or "refused": the parent is
+        gone, its counter holds no number, or (count rules) it is below the decrement, as
+        on a parent deleted and made again since the child expired. Then nothing is
+        written and the expiry is the recount's to judge.
+        """
         names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
+        condition = f"attribute_exists({names[self._pk]})"
+        if isinstance(rule, CountRule):
+            condition += f" AND {names[rule.counter]} >= :floor"
+        else:
+            condition += f" AND attribute_type({names[rule.counter]}, :number)"
         adds = [f"{names[rule.counter]} :delta"] + (
             [f"{names[rule.revision]} :one"] if rule.revision else []
         )
@@ -374,15 +392,20 @@ class TallyTable:
                 "TableName": self.name,
                 "Key": self._key(key),
                 "UpdateExpression": f"SET {names[REPAIR_MARKER]} = :marker ADD " + ", ".join(adds),
-                "ConditionExpression": f"attribute_exists({names[self._pk]})",
+                "ConditionExpression": condition,
                 "ExpressionAttributeNames": names.expression_names,
                 "ExpressionAttributeValues": serialize(
                     {":delta": -delta, ":marker": marker}
                     | ({":one": Decimal(1)} if rule.revision else {})
+                    | ({":floor": delta} if isinstance(rule, CountRule) else {":number": "N"})
                 ),
             }
         }
-        return self._fenced([item, marker_put])
+        try:
+            transact(self.client, [item, marker_put], None, self.backoff)
+        except Cancelled as cancelled:
+            return "replayed" if cancelled.failed(1) else "refused"
+        return "applied"
 
     def put_void(
         self,
@@ -400,7 +423,7 @@ class TallyTable:
         "written", "arrived" (a member holds the number after all) or "gone" (the sequence
         is not there any more: nothing may be written under it).
         """
-        item: dict[str, Any] = {"void": True, REPAIR_MARKER: marker}
+        item: dict[str, Any] = {VOID: True, REPAIR_MARKER: marker}
         item |= self.rules.table.typed(self.void_key(rule, counter_key, number))
         if isinstance(rule.members, IndexMembers):
             item |= {

@@ -221,7 +221,9 @@ class Reconciler:
             return True
         if isinstance(rule, SequenceRule):
             self.report_decreases(rule, group)
-            if group.lowest_given_up is not None:
+            if group.parent_removed:
+                self.store.end_sequence(rule.name, group.parent_key)
+            elif group.lowest_given_up is not None:
                 # A number no longer held is judged again, wherever the watermark stood.
                 self.store.lower_watermark(rule.name, group.parent_key, group.lowest_given_up - 1)
             # Step 4: not a gap yet; the increment and its put may sit in different batches.
@@ -573,18 +575,24 @@ class Reconciler:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""
         if not group.expiries:
             return
-        if not self.policy.enabled or self.policy.dry_run:
-            # No writes allowed: let the expiries count as removals, so they surface.
-            group.child_delta -= sum(e.delta for e in group.expiries)
-            group.ttl_removed = True
-            group.expiries.clear()
-            return
-        for expiry in group.expiries:
-            marker = f"ttl:{expiry.event_id}"
-            logged = self.store.marker_put(marker, group.parent_key)
-            if self.table.decrement(rule, group.parent_key, expiry.delta, marker, logged):
-                self.stats.ttl_decrements += 1
-        group.expiries.clear()
+        refused = []
+        if not self.policy.enabled or self.policy.dry_run or group.parent_removed:
+            # No writes allowed, or the parent was removed (and perhaps made again) in this
+            # batch: its new life owes these children nothing. They count as removals.
+            refused = group.expiries
+        else:
+            for expiry in group.expiries:
+                marker = f"ttl:{expiry.event_id}"
+                logged = self.store.marker_put(marker, group.parent_key)
+                outcome = self.table.decrement(rule, group.parent_key, expiry.delta, marker, logged)
+                if outcome == "applied":
+                    self.stats.ttl_decrements += 1
+                elif outcome == "refused":
+                    refused.append(expiry)
+        # Removals the table did not take as decrements surface through the recount.
+        group.child_delta -= sum(e.delta for e in refused)
+        group.ttl_removed = group.ttl_removed or bool(refused)
+        group.expiries = []
 
     # --- step 4: gaps --------------------------------------------------------------------
 
@@ -600,7 +608,10 @@ class Reconciler:
     ) -> None:
         if delay is None:
             delay = self._recheck_delay(rule, carry_since)
-        recheck = Recheck(rule.name, key, counter_seen, reason, observed, carry_since)
+        epoch = 0
+        if isinstance(rule, SequenceRule) and counter_seen:
+            epoch = self.store.sequence_state(rule.name, key)[1]  # the horizon's life
+        recheck = Recheck(rule.name, key, counter_seen, reason, observed, carry_since, epoch)
         if self.inline_rechecks is not None and reason in _INLINE_REASONS:
             self.inline_rechecks.append((recheck, delay))  # the full audit waits them out
             return
@@ -654,7 +665,11 @@ class Reconciler:
                 self.verify_parent(rule, key, None, observed=recheck.observed)
             self.flush_alerts()
             return
-        watermark = self.store.watermark(rule.name, key)
+        watermark, epoch = self.store.sequence_state(rule.name, key)
+        if recheck.epoch != epoch:
+            # The counter item was removed since the horizon was seen: its numbers belong to
+            # an earlier life of the key, and the new one's are judged from its own batches.
+            recheck = replace(recheck, counter_seen=0, epoch=epoch)
         members = self.member_numbers(rule, key, above=watermark)
         counter = self.table.read_parent(rule, key)
         self.stats.checked += 1
@@ -699,7 +714,10 @@ class Reconciler:
         """
         if rule.has_counter and counter.exists:
             return key
-        remaining = members if members or not watermark else self.member_numbers(rule, key, 0)
+        # Real members only: a VOID tombstone is the reconciler's own, no sign of life.
+        remaining = self.member_numbers(rule, key, watermark, voids=False) if members else []
+        if not remaining and watermark:
+            remaining = self.member_numbers(rule, key, 0, voids=False)
         if not remaining:
             if watermark:
                 self.store.lower_watermark(rule.name, key, 0)
@@ -721,11 +739,14 @@ class Reconciler:
         self.judge_orphans(rule, key, finding, recheck.observed, recheck.counter_seen)
         return None
 
-    def member_numbers(self, rule: SequenceRule, key: Key, above: int) -> list[tuple[int, Key]]:
-        """Members above ``above``: from the table, or from the ledger (attribute layout)."""
+    def member_numbers(
+        self, rule: SequenceRule, key: Key, above: int, *, voids: bool = True
+    ) -> list[tuple[int, Key]]:
+        """Members above ``above``: from the table, or from the ledger (attribute layout).
+        ``voids=False``: real members only, not the tombstones the reconciler wrote."""
         if isinstance(rule.members, AttributeMembers):
             return self.ledger.members(rule, key, above)
-        return self.table.member_numbers(rule, key, above)
+        return self.table.member_numbers(rule, key, above, voids=voids)
 
     def sequence_horizon(self, rule: SequenceRule, key: Key) -> Any:
         """The sequence's end as of now: its counter, or (no counter) its highest member."""
