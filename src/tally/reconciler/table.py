@@ -21,6 +21,7 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
+from tally.numbers import add, number
 from tally.rules import (
     REPAIR_MARKER,
     AttributeMembers,
@@ -71,11 +72,12 @@ class Reads:
 
 @dataclass(frozen=True)
 class Tally:
-    """The truth counted from the children, and children whose amount is not a number."""
+    """The truth counted from the children (an exact sum, which may need more digits than a
+    counter holds), and children whose amount is not a number, with the type it holds."""
 
     actual: Decimal
     children: int
-    unreadable: tuple[Key, ...] = field(default=())
+    unreadable: tuple[tuple[Key, str], ...] = field(default=())
 
 
 class TallyTable:
@@ -147,11 +149,11 @@ class TallyTable:
             if isinstance(rule, SumRule):
                 for raw in page["Items"]:
                     item = deserialize(raw)
-                    amount = item.get(rule.summed, Decimal(0))
-                    if isinstance(amount, Decimal) and amount.is_finite():
-                        total += amount
+                    amount = number(item.get(rule.summed, Decimal(0)))
+                    if isinstance(amount, Decimal):
+                        total = add(total, amount)
                     else:
-                        unreadable.append(self.rules.key_of(item))
+                        unreadable.append((self.rules.key_of(item), amount))
         actual = total if isinstance(rule, SumRule) else Decimal(children)
         return Tally(actual, children, tuple(unreadable))
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.numbers import ONE, Unrepresentable, add, exact_sum, fit, representable, subtract
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore, Carry
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
@@ -268,8 +269,12 @@ class Reconciler:
         remainder, continues = previous.remainder, bool(previous.remainder)
         for number, delta in group.deltas:
             if int(number) > previous.through:
-                remainder += delta
+                remainder = add(remainder, delta)
                 continues = continues and bool(remainder)
+        try:
+            remainder = fit(remainder)
+        except Unrepresentable:
+            return False  # more digits than the audit table holds: recount instead
         if not remainder:
             carry = Carry(Decimal(0), through)
         elif continues:
@@ -300,7 +305,12 @@ class Reconciler:
             now = self.store.carry(rule.name, key)
             if now.since != since:
                 return True  # cancelled meanwhile: nothing is left to take off
-            remainder = now.remainder - seen.remainder
+            try:
+                remainder = fit(subtract(now.remainder, seen.remainder))
+            except Unrepresentable:
+                # Too many digits to carry: a recount now covers every record folded so far.
+                self.verify_parent(rule, key, None, first_seen=seen.first_seen)
+                remainder = Decimal(0)
             if not remainder:
                 carry = Carry(Decimal(0), now.through)
             else:
@@ -345,6 +355,7 @@ class Reconciler:
             self.schedule_recheck(rule, key, 0, "parent kept changing during recount")
             return
         self.stats.checked += 1
+        self.report_malformed(rule, key, snapshot.tally)
         finding = self.judge(rule, key, snapshot, group, first_seen)
         if finding is None:
             self.stats.consistent += 1
@@ -405,6 +416,7 @@ class Reconciler:
             details.append("no revision attribute: confirmed by two agreeing settled reads")
         if tally.unreadable:
             details.append(f"{len(tally.unreadable)} children hold a non-number and count 0")
+        attribute = rule.counter
         if not parent.exists:
             if tally.children == 0:
                 return None
@@ -416,8 +428,15 @@ class Reconciler:
             if not _valid_counter(rule, stored):
                 kind = "invalid_counter"
                 stored = shown(stored)
+            elif rule.revision and not _valid_revision(parent.revision):
+                # A repair bumps the revision: on a non-number it could never commit.
+                kind, attribute, stored = "invalid_counter", rule.revision, shown(parent.revision)
+                details.append(f"the revision attribute {rule.revision!r} is not a number")
             elif (stored if stored is not None else Decimal(0)) == actual:
                 return None
+            elif not representable(actual):
+                kind, actual = "unrepresentable", str(actual)  # its exact digits, as text
+                details.append("the children's sum needs more than 38 digits: no counter holds it")
             else:
                 kind = "ttl_removal" if group is not None and group.ttl_removed else "drift"
         return Finding(
@@ -425,14 +444,35 @@ class Reconciler:
             rule=rule.name,
             table=self.table.name,
             key=key,
-            attribute=rule.counter,
+            attribute=attribute,
             stored=stored,
-            actual=actual,
+            actual=_truth(actual),
             evidence=tuple(group.evidence) if group else (),
             detail="; ".join(details),
             revision=parent.revision,
             first_seen=group.first_seen if group else first_seen,
         )
+
+    def report_malformed(self, rule: TallyRule, key: Key, tally: Tally) -> None:
+        """A child whose amount is not a number counts 0: each is a finding of its own, by its
+        key, attribute and type (never its value), never repaired."""
+        assert not tally.unreadable or isinstance(rule, SumRule)
+        for child, kind in tally.unreadable:
+            assert isinstance(rule, SumRule)
+            self.report(
+                Finding(
+                    kind="malformed",
+                    rule=rule.name,
+                    table=self.table.name,
+                    key=dict(child),
+                    attribute=rule.summed,
+                    stored=kind,
+                    actual=None,
+                    detail=f"the amount holds {kind}, not a number: the sum of "
+                    f"{_key_text(key)} counts it as 0",
+                    repair=Repair("skipped", "what the amount should be is a human decision"),
+                )
+            )
 
     # --- step 2, asynchronous counters: judged after the lag -------------------------------
 
@@ -477,6 +517,10 @@ class Reconciler:
                     Repair("skipped", "orphaned children are never deleted automatically")
                 )
             )
+            return True
+        never = _never_repaired(rule, finding)
+        if never:
+            self.report(finding.with_repair(Repair("skipped", never)))
             return True
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
@@ -539,7 +583,9 @@ class Reconciler:
             return
         if not self.policy.enabled or self.policy.dry_run:
             # No writes allowed: let the expiries count as removals, so they surface.
-            group.child_delta -= sum(e.delta for e in group.expiries)
+            group.child_delta = subtract(
+                group.child_delta, exact_sum(e.delta for e in group.expiries)
+            )
             group.ttl_removed = True
             group.expiries.clear()
             return
@@ -835,13 +881,39 @@ def _valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
     return value >= 0 and value == value.to_integral_value()
 
 
+def _truth(actual: Any) -> Any:
+    """The truth as a finding shows it: a number as DynamoDB holds it, or (more digits than
+    a counter holds) its exact digits as text."""
+    if not isinstance(actual, Decimal):
+        return actual
+    return fit(actual) if representable(actual) else str(actual)
+
+
+def _key_text(key: Key) -> str:
+    return "/".join(str(v) for v in key.values())
+
+
+def _valid_revision(value: Any) -> bool:
+    """Absent, or a number a repair's ADD 1 keeps within DynamoDB's domain."""
+    return value is None or (representable(value) and representable(add(value, ONE)))
+
+
+def _never_repaired(rule: TallyRule, finding: Finding) -> str:
+    """Why a finding is never repaired automatically ("" when it may be)."""
+    if finding.kind == "unrepresentable":
+        return "no counter can hold the children's sum: a human decides"
+    if finding.attribute != rule.counter:
+        return f"the revision attribute {finding.attribute!r} is not a number: a human decides"
+    return ""
+
+
 def _observation(finding: Finding) -> Observed:
     return (None if finding.stored is None else str(finding.stored)), str(finding.actual)
 
 
 def _offset(observed: Observed) -> Decimal:
     stored, actual = observed
-    return Decimal(stored or 0) - Decimal(actual)
+    return subtract(Decimal(stored or 0), Decimal(actual))
 
 
 def _same(earlier: Observed | None, now: Observed) -> bool:
