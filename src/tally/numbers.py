@@ -57,6 +57,16 @@ add = EXACT.add
 subtract = EXACT.subtract
 
 
+class _Null:
+    """DynamoDB's NULL type held by an attribute, told apart from an absent attribute."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL: Any = _Null()
+
+
 class Unrepresentable(ArithmeticError):
     """A result DynamoDB cannot store: more than 38 digits, or outside its exponent range."""
 
@@ -106,7 +116,7 @@ def number(value: Any) -> Decimal | str:
 
 def type_name(value: Any) -> str:
     """DynamoDB's name for a deserialized value's type (never the value itself)."""
-    if value is None:
+    if value is None or value is NULL:
         return "NULL"
     if isinstance(value, bool):
         return "BOOL"

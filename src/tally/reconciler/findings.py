@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from boto3.dynamodb.types import Binary
 
-from tally.numbers import subtract
+from tally.numbers import NULL, subtract
 
 Kind = Literal[
     "drift",
@@ -245,6 +245,8 @@ def shown(value: Any) -> Any:
     """
     if value is None or isinstance(value, bool):
         return value
+    if value is NULL:
+        return "null"
     if isinstance(value, Decimal):
         return value if value.is_finite() else "number (not finite)"
     if isinstance(value, int):

@@ -21,7 +21,7 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
-from tally.numbers import add, number
+from tally.numbers import NULL, add, number
 from tally.rules import (
     REPAIR_MARKER,
     AttributeMembers,
@@ -113,6 +113,8 @@ class TallyTable:
         if item is None:
             return ParentState(False)
         revision = item.get(rule.revision) if rule.revision else _ABSENT
+        if revision is None and rule.revision in item:
+            revision = NULL  # a NULL revision is no absent one: no repair can bump it
         return ParentState(True, item.get(rule.counter, _ABSENT), revision)
 
     def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:

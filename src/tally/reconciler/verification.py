@@ -428,12 +428,12 @@ class Reconciler:
             if not _valid_counter(rule, stored):
                 kind = "invalid_counter"
                 stored = shown(stored)
+            elif (stored if stored is not None else Decimal(0)) == actual:
+                return None
             elif rule.revision and not _valid_revision(parent.revision):
                 # A repair bumps the revision: on a non-number it could never commit.
                 kind, attribute, stored = "invalid_counter", rule.revision, shown(parent.revision)
                 details.append(f"the revision attribute {rule.revision!r} is not a number")
-            elif (stored if stored is not None else Decimal(0)) == actual:
-                return None
             elif not representable(actual):
                 kind, actual = "unrepresentable", str(actual)  # its exact digits, as text
                 details.append("the children's sum needs more than 38 digits: no counter holds it")
@@ -714,6 +714,16 @@ class Reconciler:
             why = "the reconciler never creates a counter item"
             self.report(missing.with_repair(Repair("skipped", why)))
             return 1
+        if rule.revision and not _valid_revision(counter.revision):
+            revision = replace(
+                finding,
+                kind="invalid_counter",
+                attribute=rule.revision,
+                stored=shown(counter.revision),
+                revision=None,
+            )
+            self.report(revision.with_repair(Repair("skipped", _never_repaired(rule, revision))))
+            return 1
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
             self.report(finding.with_repair(verdict))
@@ -898,7 +908,7 @@ def _valid_revision(value: Any) -> bool:
     return value is None or (representable(value) and representable(add(value, ONE)))
 
 
-def _never_repaired(rule: TallyRule, finding: Finding) -> str:
+def _never_repaired(rule: TallyRule | SequenceRule, finding: Finding) -> str:
     """Why a finding is never repaired automatically ("" when it may be)."""
     if finding.kind == "unrepresentable":
         return "no counter can hold the children's sum: a human decides"

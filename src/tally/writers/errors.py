@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tally.dynamodb import TransactionFailedError
+from tally.numbers import counter_problem, type_name
 
 __all__ = [
     "CounterBehindError",
@@ -29,8 +30,11 @@ class InvalidCounterError(ValueError):
     """A counter, revision or summed attribute holds something other than a number."""
 
     def __init__(self, key: Mapping[str, str], attribute: str, value: Any):
-        kind = type(value).__name__
-        super().__init__(f"attribute {attribute!r} of item {dict(key)} is not a number: {kind}")
+        # What is wrong, never the value unless it is a number (text may be personal data).
+        problem = (
+            counter_problem(value, whole=True) or f"counter is not a number: {type_name(value)}"
+        )
+        super().__init__(f"attribute {attribute!r} of item {dict(key)}: {problem}")
         self.key = dict(key)
         self.attribute = attribute
 
