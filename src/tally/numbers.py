@@ -54,6 +54,7 @@ EXACT = Context(
     traps=[InvalidOperation, DivisionByZero, Overflow, Underflow, Inexact],
 )
 add = EXACT.add
+_create = DYNAMODB.create_decimal
 subtract = EXACT.subtract
 
 
@@ -161,8 +162,20 @@ class Deserializer(TypeDeserializer):
     the domain (which no DynamoDB item holds) still raises.
     """
 
+    def deserialize(self, value: Any) -> Any:
+        if value.__class__ is dict and len(value) == 1:
+            # The hot path, numbers and strings, without boto3's dispatch by name.
+            if "N" in value:
+                return self._deserialize_n(value["N"])
+            if "S" in value:
+                return value["S"]
+        return super().deserialize(value)
+
     def _deserialize_n(self, value: str) -> Decimal:
-        return parse(value)
+        if len(value) > DIGITS:
+            return parse(value)
+        number = _create(value)  # DecimalException outside the domain, as boto3's does
+        return number if number.is_finite() else parse(value)
 
     def _deserialize_ns(self, value: Iterable[str]) -> set[Decimal]:
         return {parse(v) for v in value}
