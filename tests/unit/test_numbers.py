@@ -461,3 +461,13 @@ def _export_json(item: dict[str, Any]) -> dict[str, Any]:
         else:
             out[name] = value
     return out
+
+
+def test_a_fractional_counter_finding_says_what_is_wrong() -> None:
+    parent = Parent(LIKES, "POST#1", {"N": "2.5"}, MISSING, [MISSING, MISSING])
+    checker = reconciler(parent)
+    checker.verify_parent(LIKES, parent.key, None)
+    [finding] = checker.log
+    assert (finding.kind, finding.stored) == ("invalid_counter", Decimal("2.5"))
+    assert "counter 2.5 is not an integer" in finding.detail
+    assert "Decimal" not in finding.detail

@@ -32,7 +32,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tally.numbers import ONE, Unrepresentable, add, exact_sum, fit, representable, subtract
+from tally.numbers import (
+    ONE,
+    Unrepresentable,
+    add,
+    counter_problem,
+    exact_sum,
+    fit,
+    representable,
+    subtract,
+)
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore, Carry
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
@@ -427,6 +436,8 @@ class Reconciler:
             stored, actual = parent.counter, tally.actual
             if not _valid_counter(rule, stored):
                 kind = "invalid_counter"
+                problem = counter_problem(stored, whole=isinstance(rule, CountRule))
+                details += [problem] if problem else []
                 stored = shown(stored)
             elif (stored if stored is not None else Decimal(0)) == actual:
                 return None
@@ -456,9 +467,9 @@ class Reconciler:
     def report_malformed(self, rule: TallyRule, key: Key, tally: Tally) -> None:
         """A child whose amount is not a number counts 0: each is a finding of its own, by its
         key, attribute and type (never its value), never repaired."""
-        assert not tally.unreadable or isinstance(rule, SumRule)
+        if not isinstance(rule, SumRule):
+            return
         for child, kind in tally.unreadable:
-            assert isinstance(rule, SumRule)
             self.report(
                 Finding(
                     kind="malformed",
@@ -706,7 +717,9 @@ class Reconciler:
             stored=stored if valid else shown(stored),
             actual=Decimal(highest),
             revision=counter.revision,
-            detail="the next number handed out would collide with a member" if valid else "",
+            detail="the next number handed out would collide with a member"
+            if valid
+            else counter_problem(stored, whole=True) or "",
         )
         if not counter.exists:
             # The counter item is the user's: a missing one is reported, never created.
