@@ -925,8 +925,10 @@ def _never_repaired(rule: TallyRule | SequenceRule, finding: Finding) -> str:
     """Why a finding is never repaired automatically ("" when it may be)."""
     if finding.kind == "unrepresentable":
         return "no counter can hold the children's sum: a human decides"
-    if finding.attribute != rule.counter:
-        return f"the revision attribute {finding.attribute!r} is not a number: a human decides"
+    if finding.attribute != rule.counter or (
+        rule.revision and not _valid_revision(finding.revision)
+    ):
+        return f"the revision attribute {rule.revision!r} is not a number: a human decides"
     return ""
 
 
