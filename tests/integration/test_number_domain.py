@@ -4,11 +4,14 @@ real handlers: the stream path, the carry, the recount and both full-audit engin
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tally.live_table import describe, sample
 from tally.local.audit_duckdb import duckdb_audit
@@ -19,8 +22,9 @@ from tally.reconciler.repairs import RepairPolicy
 from tally.rules import load_rules
 from tally.rules_check import check
 from tally.rules_suggest import suggest
-from tally.settings import settings
+from tally.settings import settings as tally_settings
 from tests.integration.conftest import Stack
+from tests.unit.test_numbers import MISSING, Parent, parents, ref_storable, ref_sum
 
 NUMBERS_RULES = Path(__file__).with_name("numbers_rules.toml")
 RULES = load_rules(NUMBERS_RULES)
@@ -31,7 +35,7 @@ ACCOUNT = {"PK": "ACCOUNT#1", "SK": "META"}
 def numbers(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
     monkeypatch.setenv("RULES_FILE", str(NUMBERS_RULES))
     monkeypatch.setenv("CARRY_SECONDS", "0")
-    settings.cache_clear()
+    tally_settings.cache_clear()
     runtime.rules.cache_clear()
     yield stack
 
@@ -238,3 +242,64 @@ def test_one_item_with_a_number_of_1e38_or_more_crashes_no_command(
     assert log == [] and report.items_scanned == 5
     _, log = audit_export(stack, tmp_path)
     assert log == []
+
+
+# --- the same generated parents as the unit property test, on DynamoDB Local -------------
+
+SETTLED_ONLY = {"malformed", "unrepresentable"}
+
+
+def _stays(parent: Parent, finding: tuple[str, str, str]) -> bool:
+    """Findings no repair takes away: they stand after the stream path settled."""
+    kind, attribute, _ = finding
+    revision = parent.revision
+    bad_revision = revision is not MISSING and (
+        "N" not in revision or not ref_storable(ref_sum([revision["N"], "1"]))
+    )
+    return kind in SETTLED_ONLY or attribute == "tallyRevision" or bad_revision
+
+
+@given(data=st.data())
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_generated_parents_through_the_stream_the_scan_and_the_export(
+    numbers: Stack, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Each example writes one generated parent (its own partition) as a foreign writer
+    would, pumps the stream through the handler and the rechecks, then audits the whole
+    table with both engines: the alerts are the reference's findings, and what the repairs
+    cannot take away is all either engine still finds (20 examples: each costs real I/O)."""
+    stack = numbers
+    parent = data.draw(parents(pk=f"ACCOUNT#{uuid.uuid4().hex[:8]}"))
+    for item in [parent.parent_item(), *parent.children()]:
+        raw_put(stack, item)
+    stack.settle()
+    assert no_failures(stack)
+    expected = parent.expected()
+    alerted = {(a["kind"], a["attribute"], a["key"]["SK"]) for a in stack.alerts()}
+    assert alerted == expected
+    standing = {f for f in expected if _stays(parent, f)}
+    for engine in (lambda: _dry_audit(), lambda: _dry_export(stack, tmp_path_factory)):
+        log = [f for f in engine() if f.key["PK"] == parent.pk]
+        assert {(f.kind, f.attribute, f.key["SK"]) for f in log} == standing
+
+
+def _dry_audit() -> list[Any]:
+    checker = runtime.reconciler()
+    checker.policy = RepairPolicy(enabled=True, dry_run=True, budget=10**9)
+    checker.alerting = False
+    full_audit(checker, segments=2)
+    return checker.log
+
+
+def _dry_export(stack: Stack, paths: pytest.TempPathFactory) -> list[Any]:
+    directory = paths.mktemp("export")
+    write_export(stack.dynamodb, stack.table, directory)
+    checker = runtime.reconciler()
+    checker.policy = RepairPolicy(enabled=True, dry_run=True, budget=10**9)
+    checker.alerting = False
+    duckdb_audit(checker, read_export(directory))
+    return checker.log
