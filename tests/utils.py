@@ -10,11 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from boto3.dynamodb.types import TypeSerializer
 
 from tally.local.runner import LocalContext
+from tally.numbers import Deserializer
 
-_ser, _de = TypeSerializer(), TypeDeserializer()
+_ser, _de = TypeSerializer(), Deserializer()
 
 
 def lambda_context(name: str = "tally-test") -> LocalContext:

@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from boto3.dynamodb.types import TypeSerializer
 from botocore.exceptions import ClientError
 
+from tally.numbers import Deserializer
+
 _SERIALIZER = TypeSerializer()
-_DESERIALIZER = TypeDeserializer()
+_DESERIALIZER = Deserializer()  # numbers read exactly, 1E+38 and up included
 _TOKEN_NAMESPACE = uuid.UUID("5d0f1c7e-6a4b-4c59-9a52-2f6b1e0c7a11")
 # Cancellation codes that say "try the same thing again", not "your condition failed".
 _TRANSIENT = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}

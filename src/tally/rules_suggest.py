@@ -23,6 +23,7 @@ from typing import Any, Literal
 from tally.dynamodb import serialize
 from tally.key_patterns import key_text
 from tally.live_table import TableShape, collections
+from tally.numbers import exact_sum
 from tally.rules import RulesFileError, TableKeys, parse_rules
 
 Kind = Literal["count", "sum", "sequence"]
@@ -129,7 +130,7 @@ def _holding(
     if value == len(claimed):
         found.add(Shape("count", parent_sk, counter, prefix, False))
     for summed in {n for m in claimed for n, _ in _numbers(m, keys)}:
-        if value == sum(_amount(m, summed) for m in claimed):
+        if value == exact_sum(_amount(m, summed) for m in claimed):
             found.add(Shape("sum", parent_sk, counter, prefix, False, summed))
     return found
 
@@ -146,7 +147,7 @@ def _weigh(proposal: Proposal, members: list[Any], keys: TableKeys) -> None:
         truth = Decimal(len(claimed))
     elif shape.kind == "sum":
         assert shape.summed is not None
-        truth = sum((_amount(m, shape.summed) for m in claimed), Decimal(0))
+        truth = exact_sum(_amount(m, shape.summed) for m in claimed)
     else:
         truth = Decimal(max((_number(m, shape.span, keys) for m in claimed), default=0))
         proposal.widths += [key_text(m[sk])[len(shape.span) :] for m in claimed]

@@ -1,6 +1,6 @@
 """Imports never climb: each floor of src/tally imports only its own floor and those below.
 
-ground (rules, settings, aws, dynamodb, streams, observability) -> writers -> reconciler
+ground (rules, settings, aws, dynamodb, numbers, streams, observability) -> writers -> reconciler
 -> handlers -> local -> cli. What Lambda runs (everything below local) never imports local
 mode or the CLI, and needs no package the Lambda layer does not ship.
 """
@@ -27,6 +27,7 @@ GROUND = {
     "settings",
     "aws",
     "dynamodb",
+    "numbers",
     "streams",
     "observability",
 }

@@ -8,9 +8,11 @@ exported numbers disagree. An export is not a snapshot of now, so each candidate
 through the settled recount or the sequence recheck before it can become a finding.
 
 Numbers stay exact: children are summed as DECIMAL(38, 9), and only amounts that fit it
-exactly (at most 20 integer and 9 fractional digits) are summed. A parent with any other
-number, or a counter the query cannot read exactly, is a candidate whatever its sum, so no
-rounding can hide drift.
+exactly (at most 20 integer and 9 fractional digits) are summed. DynamoDB's numbers reach
+38 digits anywhere from 1E-130 to 1E+126, which no DECIMAL(38, s) holds, so a parent with
+any other number, a child amount that is not a number, or a counter the query cannot read
+exactly, is a candidate whatever its sum: the recount sums it exactly (``tally.numbers``),
+and no rounding can hide drift or make it up.
 
 The same text runs on DuckDB (locally, over the export's files) and on Athena (over the
 export in S3, through the OpenX JSON SerDe); the dialects differ in the regular expression
@@ -255,7 +257,8 @@ class AuditQuery:
             ", sum(CASE WHEN role = 'C' THEN 1 ELSE 0 END) AS children"
             f", sum(CASE WHEN role = 'C' AND {exact} THEN TRY_CAST(val AS DECIMAL(38, 9))"
             " ELSE 0 END) AS amount"
-            f", sum(CASE WHEN role = 'C' AND val IS NOT NULL AND NOT {exact} THEN 1 ELSE 0 END)"
+            # A child amount of another type (val NULL, val_set): the recount names it.
+            f", sum(CASE WHEN role = 'C' AND val_set AND NOT {exact} THEN 1 ELSE 0 END)"
             " AS inexact_children"
             f" FROM facts WHERE rid IN ({_ids(rids)}) GROUP BY rid, {self._group_keys()})",
             "judged_tallies AS (SELECT rid, "

@@ -18,6 +18,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from tally.dynamodb import Backoff, Cancelled, deserialize, serialize, transact
+from tally.numbers import DYNAMODB
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 
 DAY = 86_400
@@ -466,7 +467,7 @@ class AuditStore:
 
 def _canonical(value: Any) -> str:
     """A written value as the stream shows it back (DynamoDB drops a number's trailing zeros)."""
-    return str(value.normalize()) if isinstance(value, Decimal) else json.dumps(value)
+    return str(value.normalize(DYNAMODB)) if isinstance(value, Decimal) else json.dumps(value)
 
 
 def _key_json(key: Mapping[str, str]) -> str:

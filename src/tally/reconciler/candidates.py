@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from tally.numbers import DYNAMODB
 from tally.rules import Key, RuleSet
 
 # What the query reports per candidate, besides the rule and the key.
@@ -79,7 +80,7 @@ class _Row(BaseModel):
         if value is None or value == "":
             return None
         try:
-            return f"{Decimal(str(value)).normalize():f}"
+            return f"{Decimal(str(value)).normalize(DYNAMODB):f}"  # 38 digits, not 28
         except ArithmeticError:
             raise ValueError(f"{value!r} is not a number") from None
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer
-
+from tally.numbers import Deserializer, add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.rules import (
     REPAIR_MARKER,
@@ -34,7 +33,7 @@ from tally.rules import (
 )
 
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
-_DESERIALIZER = TypeDeserializer()
+_DESERIALIZER = Deserializer()
 _MISSING = object()
 
 AnyRule = CountRule | SumRule | SequenceRule
@@ -114,7 +113,7 @@ class Group:
             return False
         if isinstance(self.rule, SequenceRule):
             return not self.decreases and not self.members_removed and self._numbers_match()
-        return self.counter_delta == self.child_delta
+        return self.counter_delta == self.child_delta  # exact sums: an exact comparison
 
     @property
     def carriable(self) -> bool:
@@ -300,8 +299,8 @@ def _fold_parent(
             group.decreases.append(evidence)  # a sequence never goes backwards
         group.counter_seen = max(group.counter_seen, int(after_n), int(before_n))
     else:
-        delta = after_n - before_n
-        group.counter_delta += delta
+        delta = subtract(after_n, before_n)
+        group.counter_delta = add(group.counter_delta, delta)
         if group.counter_before is None:
             group.counter_before = before_n
         group.deltas.append((sequence_number, delta))
@@ -326,7 +325,7 @@ def _fold_child(
                 evidence = Evidence(sequence_number, event, keys, at=at)
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
                 return
-        delta = (after or Decimal(0)) - (before or Decimal(0))
+        delta = subtract(after or Decimal(0), before or Decimal(0))
     else:
         delta = Decimal({"INSERT": 1, "REMOVE": -1}.get(event, 0))
     if delta == 0:
@@ -335,11 +334,13 @@ def _fold_child(
     group.evidence.append(evidence)
     if event == "REMOVE" and _by_ttl(record) and isinstance(rule, CountRule | SumRule):
         if rule.on_ttl_expiry == "decrement":
-            group.expiries.append(Expiry(keys, -delta, str(record["eventID"]), evidence))
+            group.expiries.append(
+                Expiry(keys, delta.copy_negate(), str(record["eventID"]), evidence)
+            )
             return
         group.ttl_removed = True
-    group.child_delta += delta
-    group.deltas.append((sequence_number, -delta))
+    group.child_delta = add(group.child_delta, delta)
+    group.deltas.append((sequence_number, delta.copy_negate()))
 
 
 def _fold_member(

@@ -16,8 +16,18 @@ from typing import Any, Literal
 
 from boto3.dynamodb.types import Binary
 
+from tally.numbers import NULL, subtract
+
 Kind = Literal[
-    "drift", "gap", "duplicate", "counter_behind", "invalid_counter", "ttl_removal", "orphans"
+    "drift",
+    "gap",
+    "duplicate",
+    "counter_behind",
+    "invalid_counter",
+    "ttl_removal",
+    "orphans",
+    "malformed",
+    "unrepresentable",
 ]
 RepairStatus = Literal["applied", "skipped", "failed", "dry_run", "disabled"]
 Severity = Literal["info", "warning", "critical"]
@@ -33,6 +43,8 @@ SEVERITY: dict[Kind, Severity] = {
     "invalid_counter": "critical",  # every writer of that parent now fails
     "ttl_removal": "info",
     "orphans": "warning",
+    "malformed": "warning",  # a child's amount is not a number: it counts 0
+    "unrepresentable": "critical",  # the truth needs more digits than any counter holds
 }
 
 
@@ -122,7 +134,7 @@ class Finding:
 
     def _state(self) -> Any:
         if self.kind in ("drift", "ttl_removal") and _numbers(self.stored, self.actual):
-            return (self.stored or Decimal(0)) - self.actual
+            return subtract(self.stored or Decimal(0), self.actual)
         if self.kind in ("gap", "duplicate", "orphans"):
             return None
         return [self.stored, self.actual]
@@ -233,6 +245,8 @@ def shown(value: Any) -> Any:
     """
     if value is None or isinstance(value, bool):
         return value
+    if value is NULL:
+        return "null"
     if isinstance(value, Decimal):
         return value if value.is_finite() else "number (not finite)"
     if isinstance(value, int):

@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally.dynamodb import deserialize
+from tally.numbers import add, number
 from tally.reconciler.candidates import Candidate
 from tally.reconciler.findings import Off
 from tally.reconciler.rechecks import Recheck
@@ -84,11 +85,12 @@ class AuditReport:
 
 @dataclass
 class _Seen:
-    """One parent as the scan saw it: its counter, and the children's count or sum."""
+    """One parent as the scan saw it: its counter, and the children's count or (exact) sum."""
 
     exists: bool = False
     counter: Any = None
     truth: Decimal = Decimal(0)
+    malformed: bool = False  # a child's amount is not a number: the recount names it
 
 
 def audited_rules(reconciler: Reconciler, rule: str | None = None) -> list[AnyRule]:
@@ -213,8 +215,8 @@ def _grace(reconciler: Reconciler, recheck: Recheck) -> int:
 
 
 def _disagrees(rule: AnyRule, seen: _Seen) -> bool:
-    if not seen.exists:
-        return True  # children without their parent: orphans, if the recount agrees
+    if not seen.exists or seen.malformed:
+        return True  # orphans, or a malformed child: if the recount agrees
     counter = seen.counter if seen.counter is not None else Decimal(0)
     return not isinstance(counter, Decimal) or counter != seen.truth
 
@@ -364,8 +366,11 @@ def _tally(
         seen.exists = True
         seen.counter = item.get(target.counter)
     elif isinstance(target, SumRule):
-        amount = item.get(target.summed, Decimal(0))
-        seen.truth += amount if isinstance(amount, Decimal) else Decimal(0)
+        amount = number(item.get(target.summed, Decimal(0)))
+        if isinstance(amount, Decimal):
+            seen.truth = add(seen.truth, amount)
+        else:
+            seen.malformed = True
     elif isinstance(target, CountRule):
         seen.truth += 1
 

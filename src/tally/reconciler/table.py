@@ -21,6 +21,7 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
+from tally.numbers import NULL, add, number
 from tally.rules import (
     REPAIR_MARKER,
     AttributeMembers,
@@ -76,11 +77,12 @@ class Reads:
 
 @dataclass(frozen=True)
 class Tally:
-    """The truth counted from the children, and children whose amount is not a number."""
+    """The truth counted from the children (an exact sum, which may need more digits than a
+    counter holds), and children whose amount is not a number, with the type it holds."""
 
     actual: Decimal
     children: int
-    unreadable: tuple[Key, ...] = field(default=())
+    unreadable: tuple[tuple[Key, str], ...] = field(default=())
 
 
 class TallyTable:
@@ -116,6 +118,8 @@ class TallyTable:
         if item is None:
             return ParentState(False)
         revision = item.get(rule.revision) if rule.revision else _ABSENT
+        if revision is None and rule.revision in item:
+            revision = NULL  # a NULL revision is no absent one: no repair can bump it
         return ParentState(True, item.get(rule.counter, _ABSENT), revision)
 
     def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
@@ -135,11 +139,11 @@ class TallyTable:
             if isinstance(rule, SumRule):
                 for raw in page["Items"]:
                     item = deserialize(raw)
-                    amount = item.get(rule.summed, Decimal(0))
-                    if isinstance(amount, Decimal) and amount.is_finite():
-                        total += amount
+                    amount = number(item.get(rule.summed, Decimal(0)))
+                    if isinstance(amount, Decimal):
+                        total = add(total, amount)
                     else:
-                        unreadable.append(self.rules.key_of(item))
+                        unreadable.append((self.rules.key_of(item), amount))
         actual = total if isinstance(rule, SumRule) else Decimal(children)
         return Tally(actual, children, tuple(unreadable))
 
@@ -384,6 +388,11 @@ class TallyTable:
             condition += f" AND {names[rule.counter]} >= :floor"
         else:
             condition += f" AND attribute_type({names[rule.counter]}, :number)"
+        if rule.revision:  # ADD on a revision holding text would fail the transaction
+            revision = names[rule.revision]
+            condition += (
+                f" AND (attribute_not_exists({revision}) OR attribute_type({revision}, :n))"
+            )
         adds = [f"{names[rule.counter]} :delta"] + (
             [f"{names[rule.revision]} :one"] if rule.revision else []
         )
@@ -398,6 +407,7 @@ class TallyTable:
                     {":delta": -delta, ":marker": marker}
                     | ({":one": Decimal(1)} if rule.revision else {})
                     | ({":floor": delta} if isinstance(rule, CountRule) else {":number": "N"})
+                    | ({":n": "N"} if rule.revision else {})
                 ),
             }
         }

@@ -32,6 +32,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.numbers import (
+    ONE,
+    Unrepresentable,
+    add,
+    counter_problem,
+    exact_sum,
+    fit,
+    representable,
+    subtract,
+)
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore, Carry
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
@@ -281,8 +291,12 @@ class Reconciler:
         remainder, continues = previous.remainder, bool(previous.remainder)
         for number, delta in group.deltas:
             if int(number) > previous.through:
-                remainder += delta
+                remainder = add(remainder, delta)
                 continues = continues and bool(remainder)
+        try:
+            remainder = fit(remainder)
+        except Unrepresentable:
+            return False  # more digits than the audit table holds: recount instead
         if not remainder:
             carry = Carry(Decimal(0), through)
         elif continues:
@@ -313,7 +327,12 @@ class Reconciler:
             now = self.store.carry(rule.name, key)
             if now.since != since:
                 return True  # cancelled meanwhile: nothing is left to take off
-            remainder = now.remainder - seen.remainder
+            try:
+                remainder = fit(subtract(now.remainder, seen.remainder))
+            except Unrepresentable:
+                # Too many digits to carry: a recount now covers every record folded so far.
+                self.verify_parent(rule, key, None, first_seen=seen.first_seen)
+                remainder = Decimal(0)
             if not remainder:
                 carry = Carry(Decimal(0), now.through)
             else:
@@ -362,6 +381,7 @@ class Reconciler:
             self.schedule_recheck(rule, key, 0, "parent kept changing during recount")
             return
         self.stats.checked += 1
+        self.report_malformed(rule, key, snapshot.tally)
         finding = self.judge(rule, key, snapshot, group, first_seen)
         if finding is None:
             self.stats.consistent += 1
@@ -445,6 +465,7 @@ class Reconciler:
             details.append("no revision attribute: confirmed by two agreeing settled reads")
         if tally.unreadable:
             details.append(f"{len(tally.unreadable)} children hold a non-number and count 0")
+        attribute = rule.counter
         if not parent.exists:
             if tally.children == 0:
                 return None
@@ -455,9 +476,18 @@ class Reconciler:
             stored, actual = parent.counter, tally.actual
             if not _valid_counter(rule, stored):
                 kind = "invalid_counter"
+                problem = counter_problem(stored, whole=isinstance(rule, CountRule))
+                details += [problem] if problem else []
                 stored = shown(stored)
             elif (stored if stored is not None else Decimal(0)) == actual:
                 return None
+            elif rule.revision and not _valid_revision(parent.revision):
+                # A repair bumps the revision: on a non-number it could never commit.
+                kind, attribute, stored = "invalid_counter", rule.revision, shown(parent.revision)
+                details.append(f"the revision attribute {rule.revision!r} is not a number")
+            elif not representable(actual):
+                kind, actual = "unrepresentable", str(actual)  # its exact digits, as text
+                details.append("the children's sum needs more than 38 digits: no counter holds it")
             else:
                 kind = "ttl_removal" if group is not None and group.ttl_removed else "drift"
         return Finding(
@@ -465,14 +495,35 @@ class Reconciler:
             rule=rule.name,
             table=self.table.name,
             key=key,
-            attribute=rule.counter,
+            attribute=attribute,
             stored=stored,
-            actual=actual,
+            actual=_truth(actual),
             evidence=tuple(group.evidence) if group else (),
             detail="; ".join(details),
             revision=parent.revision,
             first_seen=group.first_seen if group else first_seen,
         )
+
+    def report_malformed(self, rule: TallyRule, key: Key, tally: Tally) -> None:
+        """A child whose amount is not a number counts 0: each is a finding of its own, by its
+        key, attribute and type (never its value), never repaired."""
+        if not isinstance(rule, SumRule):
+            return
+        for child, kind in tally.unreadable:
+            self.report(
+                Finding(
+                    kind="malformed",
+                    rule=rule.name,
+                    table=self.table.name,
+                    key=dict(child),
+                    attribute=rule.summed,
+                    stored=kind,
+                    actual=None,
+                    detail=f"the amount holds {kind}, not a number: the sum of "
+                    f"{_key_text(key)} counts it as 0",
+                    repair=Repair("skipped", "what the amount should be is a human decision"),
+                )
+            )
 
     # --- step 2, asynchronous counters: judged after the lag -------------------------------
 
@@ -512,9 +563,9 @@ class Reconciler:
 
     def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
         """Repair and report the finding; False when the fence failed (nothing written)."""
-        if finding.kind == "invalid_counter":
-            why = "the counter holds no number: a repair writes only over a number it judged"
-            self.report(finding.with_repair(Repair("skipped", why)))
+        never = _never_repaired(rule, finding)
+        if never:
+            self.report(finding.with_repair(Repair("skipped", never)))
             return True
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
@@ -590,7 +641,7 @@ class Reconciler:
                 elif outcome == "refused":
                     refused.append(expiry)
         # Removals the table did not take as decrements surface through the recount.
-        group.child_delta -= sum(e.delta for e in refused)
+        group.child_delta = subtract(group.child_delta, exact_sum(e.delta for e in refused))
         group.ttl_removed = group.ttl_removed or bool(refused)
         group.expiries = []
 
@@ -771,11 +822,23 @@ class Reconciler:
             stored=stored if valid else shown(stored),
             actual=Decimal(highest),
             revision=counter.revision,
-            detail="the next number handed out would collide with a member" if valid else "",
+            detail="the next number handed out would collide with a member"
+            if valid
+            else counter_problem(stored, whole=True) or "",
         )
         if not valid:
             why = "the counter holds no number: a repair writes only over a number it judged"
             self.report(finding.with_repair(Repair("skipped", why)))
+            return 1
+        if rule.revision and not _valid_revision(counter.revision):
+            revision = replace(
+                finding,
+                kind="invalid_counter",
+                attribute=rule.revision,
+                stored=shown(counter.revision),
+                revision=None,
+            )
+            self.report(revision.with_repair(Repair("skipped", _never_repaired(rule, revision))))
             return 1
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
@@ -977,13 +1040,43 @@ def _valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
     return value >= 0 and value == value.to_integral_value()
 
 
+def _truth(actual: Any) -> Any:
+    """The truth as a finding shows it: a number as DynamoDB holds it, or (more digits than
+    a counter holds) its exact digits as text."""
+    if not isinstance(actual, Decimal):
+        return actual
+    return fit(actual) if representable(actual) else str(actual)
+
+
+def _key_text(key: Key) -> str:
+    return "/".join(str(v) for v in key.values())
+
+
+def _valid_revision(value: Any) -> bool:
+    """Absent, or a number a repair's ADD 1 keeps within DynamoDB's domain."""
+    return value is None or (representable(value) and representable(add(value, ONE)))
+
+
+def _never_repaired(rule: TallyRule | SequenceRule, finding: Finding) -> str:
+    """Why a finding is never repaired automatically ("" when it may be)."""
+    if finding.kind == "invalid_counter":
+        return "the counter holds no number: a repair writes only over a number it judged"
+    if finding.kind == "unrepresentable":
+        return "no counter can hold the children's sum: a human decides"
+    if finding.attribute != rule.counter or (
+        rule.revision and not _valid_revision(finding.revision)
+    ):
+        return f"the revision attribute {rule.revision!r} is not a number: a human decides"
+    return ""
+
+
 def _observation(finding: Finding) -> Observed:
     return (None if finding.stored is None else str(finding.stored)), str(finding.actual)
 
 
 def _offset(observed: Observed) -> Decimal:
     stored, actual = observed
-    return Decimal(stored or 0) - Decimal(actual)
+    return subtract(Decimal(stored or 0), Decimal(actual))
 
 
 def _same(earlier: Observed | None, now: Observed) -> bool:

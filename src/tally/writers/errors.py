@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tally.dynamodb import TransactionFailedError
+from tally.numbers import counter_problem, type_name
 
 __all__ = [
     "CounterBehindError",
@@ -31,28 +32,14 @@ class InvalidCounterError(ValueError):
     ``problem`` says which; a text value is never quoted (it may be personal)."""
 
     def __init__(self, key: Mapping[str, str], attribute: str, value: Any, problem: str = ""):
-        problem = problem or f"holds {_type_name(value)}, not a number"
-        super().__init__(f"attribute {attribute!r} of item {dict(key)} {problem}")
+        # What is wrong, never the value unless it is a number (text may be personal data).
+        problem = problem or (
+            counter_problem(value, whole=True) or f"counter is not a number: {type_name(value)}"
+        )
+        super().__init__(f"attribute {attribute!r} of item {dict(key)}: {problem}")
         self.key = dict(key)
         self.attribute = attribute
         self.problem = problem
-
-
-def _type_name(value: Any) -> str:
-    """The DynamoDB type of a deserialized value, as an operator reads it in the console."""
-    if isinstance(value, str):
-        return "a string (S)"
-    if isinstance(value, bool):
-        return "a boolean (BOOL)"
-    if value is None:
-        return "null (NULL)"
-    if isinstance(value, list):
-        return "a list (L)"
-    if isinstance(value, Mapping):
-        return "a map (M)"
-    if isinstance(value, set | frozenset):
-        return "a set"
-    return "binary (B)"
 
 
 class CounterBehindError(RuntimeError):
