@@ -238,6 +238,15 @@ class FakeClient:
     def get_item(self, **_: Any) -> dict[str, Any]:
         return {"Item": self.parent.parent_item(), "ConsumedCapacity": {"CapacityUnits": 0.5}}
 
+    def query(self, **request: Any) -> dict[str, Any]:
+        """A ``Select=COUNT`` with a ``Limit``: how many children, up to the limit."""
+        children = len(self.parent.children())
+        counted = min(children, request.get("Limit", children))
+        page: dict[str, Any] = {"Count": counted, "ScannedCount": counted}
+        if counted < children:
+            page["LastEvaluatedKey"] = {"PK": {"S": self.parent.pk}}
+        return page
+
     def get_paginator(self, _: str) -> Any:
         children = self.parent.children()
 
