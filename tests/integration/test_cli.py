@@ -231,9 +231,12 @@ def test_the_pump_logs_as_the_template_says_and_stops_cleanly_on_sigterm(
     cli_env: dict[str, str],
 ) -> None:
     session = dict(cli_env) | exported(cli_env)
+    # A like written without its counter: a drift the handler finds and logs at once.
     script = (
-        "import boto3, os; boto3.client('dynamodb').put_item(TableName=os.environ['TABLE_NAME'],"
-        " Item={'PK': {'S': 'POST#b7'}, 'SK': {'S': 'LIKE#USER#1'}})"
+        "import boto3, os; ddb, table = boto3.client('dynamodb'), os.environ['TABLE_NAME']\n"
+        "ddb.put_item(TableName=table, Item={'PK': {'S': 'POST#b7'}, 'SK': {'S': 'META'},"
+        " 'likeTally': {'N': '0'}})\n"
+        "ddb.put_item(TableName=table, Item={'PK': {'S': 'POST#b7'}, 'SK': {'S': 'LIKE#USER#1'}})"
     )
     subprocess.run([sys.executable, "-c", script], env=session, check=True, timeout=60)
     state = Path(cli_env["TALLY_STATE_DIR"])
