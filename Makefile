@@ -7,7 +7,7 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck sam asl deploy-test unit integration test demo demo-under-load bench-writers bench-reconciler bench-audit invoke clean
+.PHONY: venv install dynamodb-local lint typecheck sam asl deploy-test unit integration test demo demo-under-load bench-writers bench-reconciler bench-live bench-audit invoke clean
 
 export SAM_CLI_TELEMETRY = 0
 
@@ -79,6 +79,10 @@ bench-writers: $(STAMP)
 
 bench-reconciler: $(STAMP)
 	$(PY) benchmarks/bench_reconciler.py
+
+# The live fault test's scenario, several runs per ParallelizationFactor: counts and latency.
+bench-live: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
+	$(PY) benchmarks/live_faults.py --runs 3 --factors 1,2,10
 
 # Scan engine against export + DuckDB on 10^5 and 10^6 items; loading DynamoDB Local dominates.
 bench-audit: $(STAMP)
