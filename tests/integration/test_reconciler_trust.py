@@ -265,8 +265,8 @@ def test_an_allocation_between_the_rechecks_reads_is_never_judged(
     monkeypatch.setattr(table_cls, "read_parent", racing_read)
     original_members = table_cls.member_numbers
 
-    def racing_members(self: Any, rule: Any, key: Any, above: int) -> Any:
-        found = original_members(self, rule, key, above)
+    def racing_members(self: Any, rule: Any, key: Any, above: int, **options: Any) -> Any:
+        found = original_members(self, rule, key, above, **options)
         allocator.allocate(PROJECT, strategy="gapless")
         return found
 
