@@ -92,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
         help="with up: the counted table from your own template (default: template.yaml's)",
     )
     local.add_argument(
-        "--table-id", metavar="ID", help="with --template: its table's logical id (Table)"
+        "--table-id",
+        metavar="ID",
+        help="with --template: its table's logical id (default: its only table)",
     )
     rules_option(local)
     local.set_defaults(run=_local)
@@ -312,7 +314,7 @@ def _local(options: argparse.Namespace) -> int:
             state_dir,
             rules_file=rules_file(options),
             template=options.table_template,
-            table_id=options.table_id or "Table",
+            table_id=_table_id(options.table_template, options.table_id),
         )
         state = "already running" if stack.already_running else "up"
         console.note(
@@ -330,6 +332,36 @@ def _local(options: argparse.Namespace) -> int:
     else:
         print(local_stack.exports(targets.running(state_dir)))
     return 0
+
+
+def _table_id(template: Path | None, given: str | None) -> str:
+    """The counted table's logical id: ``given``, else ``template``'s only table; UsageError
+    naming the template's tables when ``given`` is not one of them or there are several."""
+    from tally.local.template import load_template
+
+    if template is None:
+        return given or "Table"
+    path = named_file(template, "--template")
+    resources = load_template(path).get("Resources") or {}
+    tables = [
+        name
+        for name, body in resources.items()
+        if isinstance(body, dict) and body.get("Type") == "AWS::DynamoDB::Table"
+    ]
+    if not tables:
+        raise UsageError(f"--template {template}: no AWS::DynamoDB::Table resource")
+    if given is None and len(tables) == 1:
+        return str(tables[0])
+    if given is None:
+        raise UsageError(
+            f"--template {template} has {len(tables)} tables: name the counted one with "
+            f"--table-id ({', '.join(tables)})"
+        )
+    if given not in tables:
+        raise UsageError(
+            f"--table-id {given!r}: {template} has no such table; its tables: {', '.join(tables)}"
+        )
+    return given
 
 
 def _pump(options: argparse.Namespace) -> int:

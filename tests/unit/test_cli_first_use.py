@@ -1,0 +1,84 @@
+"""What a new user meets first (issue 21): the table of their own template found without
+naming it, and the same exit code and message for the same mistake on every command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tally import cli
+from tally.local import stack as local_stack
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
+ROOT_TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+@pytest.fixture(autouse=True)
+def no_stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path / "state"))
+    for name in ("TABLE_NAME", "AUDIT_TABLE_NAME", "ALERT_TOPIC_ARN", "RULES_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def tally(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(args))
+    except SystemExit as done:
+        code = int(done.code or 0)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What `tally local up` asked the stack for; nothing is started."""
+    asked: dict[str, Any] = {}
+
+    def up(state_dir: Path, **kwargs: Any) -> Any:
+        asked.update(kwargs)
+        raise local_stack.LocalStackError("not started in this test")
+
+    monkeypatch.setattr(local_stack, "up", up)
+    return asked
+
+
+def test_the_only_table_of_a_template_is_taken(
+    started: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = EXAMPLES / "users" / "template.yaml"
+    code, _, err = tally(capsys, "local", "up", "--template", str(template))
+    assert started["table_id"] == "UsersTable", err
+    assert code == 1 and "not started in this test" in err
+
+
+def test_several_tables_are_listed(
+    started: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = tally(capsys, "local", "up", "--template", str(ROOT_TEMPLATE))
+    assert code == 2
+    assert "--table-id" in err and "AuditTable" in err and "Table" in err
+    assert not started
+
+
+def test_a_table_id_the_template_lacks_is_a_usage_error_listing_its_tables(
+    started: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = EXAMPLES / "users" / "template.yaml"
+    code, _, err = tally(capsys, "local", "up", "--template", str(template), "--table-id", "Nope")
+    assert code == 2
+    assert "'Nope'" in err and "UsersTable" in err
+    assert not started
+
+
+def test_a_template_without_a_table_is_a_usage_error(
+    tmp_path: Path, started: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = tmp_path / "template.yaml"
+    template.write_text("Resources:\n  Topic:\n    Type: AWS::SNS::Topic\n")
+    code, _, err = tally(capsys, "local", "up", "--template", str(template))
+    assert code == 2 and "no AWS::DynamoDB::Table" in err
+    assert not started
