@@ -417,7 +417,8 @@ def _audit(options: argparse.Namespace) -> int:
     if options.export is not None:
         _exports_under(options.export)  # a path that holds no export: before any target
     with targets.environment(options.stack, rules_file(options)):
-        rule = _rule(load_rules(), options.rule, options.parent)
+        rules = load_rules()
+        rule = _rule(rules, options.rule, options.parent)
         total = targets.item_count()
         export = None
         if options.export is not None:
@@ -445,12 +446,29 @@ def _audit(options: argparse.Namespace) -> int:
                     segments=options.segments,
                     progress=advance,
                 )
-    findings = checker.log
+        findings = checker.log
+        if options.parent is not None and not findings:
+            _parent_exists(rules, options.parent)
     if options.json:
         print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in findings]}))
     else:
         console.print_audit(report.as_json(), findings, options.repair, alerting, report.state)
     return 1 if findings or report.state else 0
+
+
+def _parent_exists(rules: Any, parent: dict[str, str]) -> None:
+    """Failure when the table holds no item at ``parent`` (and so the audit found nothing)."""
+    from tally.aws import client
+    from tally.dynamodb import serialize
+
+    table = targets.table_name()
+    key = serialize(rules.table.typed(parent))
+    item = client("dynamodb").get_item(TableName=table, Key=key, ConsistentRead=True)
+    if "Item" not in item:
+        raise Failure(
+            f"{console.pattern(parent)}: no such item in table {table}, and no finding under "
+            "that key: nothing to audit (check the key; `tally audit` audits every parent)"
+        )
 
 
 def _exports_under(path: Path) -> None:
@@ -590,6 +608,7 @@ def _invoke(options: argparse.Namespace) -> int:
             f"its functions: {', '.join(specs)}"
         )
     event = _event(options.event)
+    _event_fits(specs[options.function], event, options.event)
     state_dir = targets.state_dir()
     stack = targets.running(state_dir)
     sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
@@ -626,6 +645,43 @@ def _event(path: Path) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise UsageError(f"event file {path} holds {type(event).__name__}, not a JSON object")
     return event
+
+
+# A template event source's type, and what Lambda delivers for it.
+_SOURCES = {
+    "DynamoDB": "a DynamoDB stream event",
+    "SQS": "an SQS event",
+    "HttpApi": "an HTTP API event",
+    "Api": "an HTTP API event",
+}
+
+
+def _event_kind(event: dict[str, Any]) -> str | None:
+    """What delivered ``event``, in the words of ``_SOURCES``; None when it cannot tell."""
+    if "routeKey" in event or "httpMethod" in event or "requestContext" in event:
+        return "an HTTP API event"
+    records = event.get("Records")
+    if isinstance(records, list) and records and isinstance(records[0], dict):
+        source = records[0].get("eventSource")
+        return {"aws:dynamodb": "a DynamoDB stream event", "aws:sqs": "an SQS event"}.get(
+            str(source)
+        )
+    return None
+
+
+def _event_fits(spec: Any, event: dict[str, Any], path: Path) -> None:
+    """UsageError when ``event`` is plainly of a kind no event source of ``spec`` delivers."""
+    types = [str(source.get("Type")) for source in spec.events.values()]
+    if not types or any(kind not in _SOURCES for kind in types):
+        return  # a schedule, a direct invoke: any JSON object is an event
+    kind = _event_kind(event)
+    wanted = sorted({_SOURCES[kind] for kind in types})
+    if kind not in wanted:
+        raise UsageError(
+            f"event file {path} is {kind or 'no event Lambda delivers to it'}, not "
+            f"{' or '.join(wanted)}: {spec.logical_id} is invoked by "
+            f"{', '.join(sorted(set(types)))} (events/{spec.logical_id}/ holds examples)"
+        )
 
 
 def _demo(options: argparse.Namespace) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -13,7 +12,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally import targets
 from tally.cli import EPILOG, _target, rules_file, rules_option
-from tally.console import Failure, UsageError
+from tally.console import Failure
 from tally.rules import RulesFileError, load_rules
 
 
@@ -99,10 +98,4 @@ def _suggest(options: argparse.Namespace) -> int:
 
 
 def _table() -> str:
-    table = os.environ.get("TABLE_NAME")
-    if not table:
-        raise UsageError(
-            "no table: start the local stack (`tally local up`), pass --stack NAME, "
-            "or set TABLE_NAME"
-        )
-    return table
+    return targets.table_name()

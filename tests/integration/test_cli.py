@@ -189,6 +189,15 @@ def test_the_audit_exits_1_on_findings_lists_them_and_alerts_only_when_asked(
     assert ": clean" in clean.stdout
 
 
+def test_an_audit_of_a_parent_the_table_lacks_says_so(stack: Stack, tmp_path: Path) -> None:
+    env = dict(os.environ) | {"TALLY_STATE_DIR": str(tmp_path / "none")}
+    missing = tally("audit", "--parent", "PK=POST#nope,SK=META", env=env, expect=1)
+    assert missing.stderr.startswith("tally: PK=POST#nope,SK=META: no such item in table"), (
+        missing.stderr
+    )
+    assert missing.stdout == ""
+
+
 def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -82,3 +82,52 @@ def test_a_template_without_a_table_is_a_usage_error(
     code, _, err = tally(capsys, "local", "up", "--template", str(template))
     assert code == 2 and "no AWS::DynamoDB::Table" in err
     assert not started
+
+
+NO_STACK = "tally: the local stack is not running"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["rules", "check"],
+        ["rules", "suggest"],
+        ["pump"],
+        ["alerts"],
+        ["audit"],
+        ["export", "--out", "exports"],
+        ["replay"],
+    ],
+)
+def test_every_command_without_a_stack_says_so_with_exit_1(
+    command: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No region either: the missing stack is what the user is told about, not the region.
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    code, out, err = tally(capsys, *command)
+    assert code == 1, err
+    assert err.startswith(NO_STACK), err
+    assert "tally local up" in err
+    assert out == ""
+
+
+def test_a_writer_event_given_to_the_reconciler_is_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    event = ROOT_TEMPLATE.parent / "events" / "WriterFunction" / "api_add_child.json"
+    code, _, err = tally(capsys, "invoke", "ReconcilerFunction", str(event))
+    assert code == 2
+    assert "not a DynamoDB stream event" in err and "HTTP API" in err, err
+
+
+@pytest.mark.parametrize(
+    "event", sorted((ROOT_TEMPLATE.parent / "events").glob("*/*.json")), ids=lambda p: p.name
+)
+def test_every_sample_event_fits_its_function(event: Path) -> None:
+    from tally.local.functions import function
+    from tally.local.template import load_template
+
+    spec = function(load_template(ROOT_TEMPLATE), event.parent.name)
+    cli._event_fits(spec, cli._event(event), event)
