@@ -310,11 +310,19 @@ def _local(options: argparse.Namespace) -> int:
     if options.table_id and not options.table_template:
         raise UsageError("--table-id names a table of --template FILE")
     if options.action == "up":
+        table_id = _table_id(options.table_template, options.table_id)
+        recorded = local_stack.load(state_dir)
+        if recorded is None or not local_stack.answers(recorded):
+            console.note(
+                "local stack: starting DynamoDB Local and moto's server (SNS, SQS), then "
+                "creating the table, the audit table, the queues and the alert topic "
+                "(a few seconds)"
+            )
         stack = local_stack.up(
             state_dir,
             rules_file=rules_file(options),
             template=options.table_template,
-            table_id=_table_id(options.table_template, options.table_id),
+            table_id=table_id,
         )
         state = "already running" if stack.already_running else "up"
         console.note(
@@ -445,6 +453,9 @@ def _audit(options: argparse.Namespace) -> int:
                     parent=options.parent,
                     segments=options.segments,
                     progress=advance,
+                    sleep=console.waiting(
+                        "audit: parentless children and sequences are judged a grace period later"
+                    ),
                 )
         findings = checker.log
         if options.parent is not None and not findings:

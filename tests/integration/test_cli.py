@@ -198,6 +198,17 @@ def test_an_audit_of_a_parent_the_table_lacks_says_so(stack: Stack, tmp_path: Pa
     assert missing.stdout == ""
 
 
+def test_the_audit_says_what_it_waits_for_and_until_when(stack: Stack, tmp_path: Path) -> None:
+    """Children without their parent are judged a grace period later (1 s in these rules)."""
+    env = dict(os.environ) | {"TALLY_STATE_DIR": str(tmp_path / "none")}
+    stack.put({"PK": "POST#gone", "SK": "LIKE#USER#1"})
+    audited = tally("audit", env=env, expect=1)
+    assert "audit: parentless children and sequences are judged a grace period later: " in (
+        audited.stderr
+    )
+    assert "waiting 1 s, until " in audited.stderr and " UTC" in audited.stderr
+
+
 def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
