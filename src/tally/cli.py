@@ -187,6 +187,24 @@ def _parser() -> argparse.ArgumentParser:
 
     register(commands)
 
+    from tally.local.examples import EXAMPLES
+
+    examples = command(
+        "examples", "fill the local stack with docs/adopting.md's example data", parents=False
+    )
+    verbs = examples.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for verb, summary in (
+        ("load", "write an example's data through its own writers, into an empty table"),
+        ("fault", "write the fault its walk-through catches, over the loaded data"),
+    ):
+        action = verbs.add_parser(verb, help=summary, description=summary, epilog=EPILOG)
+        action.add_argument(
+            "example",
+            choices=list(EXAMPLES),
+            help="; ".join(f"{e.name}: {e.summary}" for e in EXAMPLES.values()),
+        )
+    examples.set_defaults(run=_examples)
+
     demo = command("demo", "the end-to-end demo, on a local stack of its own")
     demo.add_argument("--keep", action="store_true", help="leave the demo's stack running")
     demo.set_defaults(run=_demo)
@@ -693,6 +711,34 @@ def _event_fits(spec: Any, event: dict[str, Any], path: Path) -> None:
             f"{' or '.join(wanted)}: {spec.logical_id} is invoked by "
             f"{', '.join(sorted(set(types)))} (events/{spec.logical_id}/ holds examples)"
         )
+
+
+def _examples(options: argparse.Namespace) -> int:
+    from tally.local.examples import EXAMPLES
+    from tally.local.template import template_path
+
+    example = EXAMPLES[options.example]
+    stack = targets.running(targets.state_dir())
+    directory = example.directory(template_path().parent)
+    template = directory / "template.yaml"
+    if stack.table_source != f"{template.resolve()}#{example.table_id}":
+        raise Failure(
+            f"the local stack runs table {stack.table_source or '(the rules file)'}, not the "
+            f"{example.name} example's: `tally local down`, then `tally local up --rules "
+            f"{directory / 'rules.toml'} --template {template}`"
+        )
+    dynamodb = stack.client("dynamodb")
+    if options.action == "load":
+        if dynamodb.scan(TableName=stack.table_name, Limit=1)["Items"]:
+            raise Failure(
+                f"table {stack.table_name} holds items already: the example loads into an "
+                "empty table (`tally local down` and `up` start a new one)"
+            )
+        written = example.load(dynamodb, stack.table_name)
+        console.note(f"examples: {example.summary}: {written} items written to {stack.table_name}")
+    else:
+        console.note(f"examples: {example.fault(dynamodb, stack.table_name)}")
+    return 0
 
 
 def _demo(options: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ class Block:
     skipped_because: str | None
 
 
-def blocks(text: str) -> Iterator[Block]:
+def blocks(text: str, not_run: re.Pattern[str] = NOT_RUN) -> Iterator[Block]:
     lines = text.splitlines()
     index = 0
     while index < len(lines):
@@ -43,7 +43,7 @@ def blocks(text: str) -> Iterator[Block]:
             continue
         end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
         before = lines[index - 1] if index else ""
-        reason = NOT_RUN.match(before)
+        reason = not_run.match(before)
         code = "\n".join(lines[index + 1 : end]) + "\n"
         yield Block(opening.group(1), index + 1, code, reason.group(1) if reason else None)
         index = end + 1

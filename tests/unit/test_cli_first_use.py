@@ -131,3 +131,14 @@ def test_every_sample_event_fits_its_function(event: Path) -> None:
 
     spec = function(load_template(ROOT_TEMPLATE), event.parent.name)
     cli._event_fits(spec, cli._event(event), event)
+
+
+@pytest.mark.parametrize("action", ["load", "fault"])
+def test_examples_need_the_local_stack(action: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = tally(capsys, "examples", action, "social")
+    assert code == 1 and err.startswith(NO_STACK) and "tally local up" in err
+
+
+def test_an_unknown_example_lists_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = tally(capsys, "examples", "load", "nope")
+    assert code == 2 and "social" in err and "orders" in err and "projects" in err
