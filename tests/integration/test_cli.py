@@ -293,6 +293,24 @@ def test_the_pump_logs_as_the_template_says_and_stops_cleanly_on_sigterm(
         assert emf["service"] == variables["POWERTOOLS_SERVICE_NAME"]
 
 
+def test_each_stack_starts_its_functions_log_fresh_and_env_silences_sam(
+    tmp_path: Path,
+) -> None:
+    env = clean_env(tmp_path)
+    log = tmp_path / "state" / "functions.log"
+    tally("local", "up", env=env)
+    try:
+        log.write_text("this stack's line\n")
+        tally("local", "up", env=env)  # already running: the same stack, the same log
+        assert log.read_text() == "this stack's line\n"
+        assert "export SAM_CLI_TELEMETRY=0" in tally("local", "env", env=env).stdout
+        tally("local", "down", env=env)
+        tally("local", "up", env=env)
+        assert not log.exists() or "this stack's line" not in log.read_text()
+    finally:
+        tally("local", "down", env=env)
+
+
 def test_commands_that_need_the_stack_say_how_to_start_it(tmp_path: Path) -> None:
     result = tally("local", "env", env=clean_env(tmp_path), expect=1)
     assert "tally local up" in result.stderr
