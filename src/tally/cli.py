@@ -329,18 +329,16 @@ def _local(options: argparse.Namespace) -> int:
         raise UsageError("--table-id names a table of --template FILE")
     if options.action == "up":
         table_id = _table_id(options.table_template, options.table_id)
-        recorded = local_stack.load(state_dir)
-        if recorded is None or not local_stack.answers(recorded):
-            console.note(
-                "local stack: starting DynamoDB Local and moto's server (SNS, SQS), then "
-                "creating the table, the audit table, the queues and the alert topic "
-                "(a few seconds)"
-            )
         stack = local_stack.up(
             state_dir,
             rules_file=rules_file(options),
             template=options.table_template,
             table_id=table_id,
+            starting=lambda: console.note(
+                "local stack: starting DynamoDB Local and moto's server (SNS, SQS), then "
+                "creating the table, the audit table, the queues and the alert topic "
+                "(a few seconds)"
+            ),
         )
         state = "already running" if stack.already_running else "up"
         console.note(
@@ -557,8 +555,8 @@ def _export(options: argparse.Namespace) -> int:
                 export = export_table(options.out, segments=options.segments, progress=advance)
         except OSError as error:
             raise Failure(f"--out {options.out}: {error.strerror or error}") from None
-    console.note(f"exported {export.item_count} items to")
-    print(export.directory)
+    console.note(f"export: {export.item_count} items written to {export.directory}")
+    print(export.directory)  # for `$(tally export ...)`
     return 0
 
 

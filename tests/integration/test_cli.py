@@ -298,10 +298,12 @@ def test_each_stack_starts_its_functions_log_fresh_and_env_silences_sam(
 ) -> None:
     env = clean_env(tmp_path)
     log = tmp_path / "state" / "functions.log"
-    tally("local", "up", env=env)
+    started = tally("local", "up", env=env)
     try:
+        assert started.stderr.startswith("local stack: starting DynamoDB Local"), started.stderr
         log.write_text("this stack's line\n")
-        tally("local", "up", env=env)  # already running: the same stack, the same log
+        again = tally("local", "up", env=env)  # already running: the same stack, the same log
+        assert "starting" not in again.stderr and "already running" in again.stderr
         assert log.read_text() == "this stack's line\n"
         assert "export SAM_CLI_TELEMETRY=0" in tally("local", "env", env=env).stdout
         tally("local", "down", env=env)

@@ -142,3 +142,32 @@ def test_examples_need_the_local_stack(action: str, capsys: pytest.CaptureFixtur
 def test_an_unknown_example_lists_the_examples(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = tally(capsys, "examples", "load", "nope")
     assert code == 2 and "social" in err and "orders" in err and "projects" in err
+
+
+@pytest.mark.parametrize("action", ["filter", "check", "suggest"])
+def test_rules_subcommands_describe_themselves_and_their_exit_codes(
+    action: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = tally(capsys, "rules", action, "--help")
+    assert code == 0
+    _, _, rest = out.partition("\n\n")
+    assert rest.split("\n")[0] and not rest.startswith("options:"), out  # a description
+    assert cli.EPILOG in out
+
+
+def test_export_says_one_whole_sentence_and_prints_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tally import targets
+    from tally.local import exports
+
+    class Done:
+        item_count = 3
+        directory = tmp_path / "out" / "AWSDynamoDB" / "01"
+
+    monkeypatch.setattr(targets, "item_count", lambda: 3)
+    monkeypatch.setattr(exports, "export_table", lambda out, **_: Done())
+    monkeypatch.setenv("TABLE_NAME", "t")
+    code, out, err = tally(capsys, "export", "--out", str(tmp_path / "out"))
+    assert code == 0 and out.strip() == str(Done.directory)
+    assert err.strip() == f"export: 3 items written to {Done.directory}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,8 @@ def test_local_up_says_what_it_starts_before_starting_it(
     monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path / "state"))
     said: list[str] = []
 
-    def up(state_dir: Path, **kwargs: object) -> object:
+    def up(state_dir: Path, *, starting: Callable[[], None], **kwargs: object) -> object:
+        starting()  # what up() calls once all is checked, before anything starts
         said.append(capsys.readouterr().err)
         raise local_stack.LocalStackError("not started in this test")
 

@@ -295,8 +295,10 @@ def up(
     rules_file: Path | None = None,
     template: Path | None = None,
     table_id: str = "Table",
+    starting: Callable[[], None] = lambda: None,
 ) -> LocalStack:
-    """Start the stack and create the template's resources, or return the running one.
+    """Start the stack and create the template's resources, or return the running one;
+    ``starting`` is called once everything is checked, before processes start.
 
     Ports default to free ones. A stack recorded in ``state_dir`` whose processes still
     answer is returned as is (``already_running``) if it holds the same table and rules;
@@ -327,6 +329,7 @@ def up(
     external = os.environ.get("DYNAMODB_ENDPOINT")
     if external and dynamodb_port is not None:
         raise LocalStackError(f"DYNAMODB_ENDPOINT={external} is set; no DynamoDB port to choose")
+    starting()
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / FUNCTION_LOG).unlink(missing_ok=True)  # a new stack's log: its own lines only
     with contextlib.ExitStack() as held:
