@@ -19,6 +19,7 @@ $(PY):
 install: $(STAMP)
 
 $(STAMP): pyproject.toml | $(PY)
+	@echo "install: pip installs tally and its dev tools into $(VENV) (about 30 s the first time)"
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 

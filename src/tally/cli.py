@@ -92,7 +92,9 @@ def _parser() -> argparse.ArgumentParser:
         help="with up: the counted table from your own template (default: template.yaml's)",
     )
     local.add_argument(
-        "--table-id", metavar="ID", help="with --template: its table's logical id (Table)"
+        "--table-id",
+        metavar="ID",
+        help="with --template: its table's logical id (default: its only table)",
     )
     rules_option(local)
     local.set_defaults(run=_local)
@@ -196,6 +198,24 @@ def _parser() -> argparse.ArgumentParser:
     from tally.cli_rules import register
 
     register(commands)
+
+    from tally.local.examples import EXAMPLES
+
+    examples = command(
+        "examples", "fill the local stack with docs/adopting.md's example data", parents=False
+    )
+    verbs = examples.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for verb, summary in (
+        ("load", "write an example's data through its own writers, into an empty table"),
+        ("fault", "write the fault its walk-through catches, over the loaded data"),
+    ):
+        action = verbs.add_parser(verb, help=summary, description=summary, epilog=EPILOG)
+        action.add_argument(
+            "example",
+            choices=list(EXAMPLES),
+            help="; ".join(f"{e.name}: {e.summary}" for e in EXAMPLES.values()),
+        )
+    examples.set_defaults(run=_examples)
 
     demo = command("demo", "the end-to-end demo, on a local stack of its own")
     demo.add_argument("--keep", action="store_true", help="leave the demo's stack running")
@@ -320,11 +340,17 @@ def _local(options: argparse.Namespace) -> int:
     if options.table_id and not options.table_template:
         raise UsageError("--table-id names a table of --template FILE")
     if options.action == "up":
+        table_id = _table_id(options.table_template, options.table_id)
         stack = local_stack.up(
             state_dir,
             rules_file=rules_file(options),
             template=options.table_template,
-            table_id=options.table_id or "Table",
+            table_id=table_id,
+            starting=lambda: console.note(
+                "local stack: starting DynamoDB Local and moto's server (SNS, SQS), then "
+                "creating the table, the audit table, the queues and the alert topic "
+                "(a few seconds)"
+            ),
         )
         state = "already running" if stack.already_running else "up"
         console.note(
@@ -342,6 +368,36 @@ def _local(options: argparse.Namespace) -> int:
     else:
         print(local_stack.exports(targets.running(state_dir)))
     return 0
+
+
+def _table_id(template: Path | None, given: str | None) -> str:
+    """The counted table's logical id: ``given``, else ``template``'s only table; UsageError
+    naming the template's tables when ``given`` is not one of them or there are several."""
+    from tally.local.template import load_template
+
+    if template is None:
+        return given or "Table"
+    path = named_file(template, "--template")
+    resources = load_template(path).get("Resources") or {}
+    tables = [
+        name
+        for name, body in resources.items()
+        if isinstance(body, dict) and body.get("Type") == "AWS::DynamoDB::Table"
+    ]
+    if not tables:
+        raise UsageError(f"--template {template}: no AWS::DynamoDB::Table resource")
+    if given is None and len(tables) == 1:
+        return str(tables[0])
+    if given is None:
+        raise UsageError(
+            f"--template {template} has {len(tables)} tables: name the counted one with "
+            f"--table-id ({', '.join(tables)})"
+        )
+    if given not in tables:
+        raise UsageError(
+            f"--table-id {given!r}: {template} has no such table; its tables: {', '.join(tables)}"
+        )
+    return given
 
 
 def _pump(options: argparse.Namespace) -> int:
@@ -404,7 +460,8 @@ def _audit(options: argparse.Namespace) -> int:
     if options.export is not None:
         _exports_under(options.export)  # a path that holds no export: before any target
     with targets.environment(options.stack, rules_file(options)):
-        rule = _rule(load_rules(), options.rule, options.parent)
+        rules = load_rules()
+        rule = _rule(rules, options.rule, options.parent)
         total = targets.item_count()
         export = None
         if options.export is not None:
@@ -431,13 +488,33 @@ def _audit(options: argparse.Namespace) -> int:
                     parent=options.parent,
                     segments=options.segments,
                     progress=advance,
+                    sleep=console.waiting(
+                        "audit: parentless children and sequences are judged a grace period later"
+                    ),
                 )
-    findings = checker.log
+        findings = checker.log
+        if options.parent is not None and not findings:
+            _parent_exists(rules, options.parent)
     if options.json:
         print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in findings]}))
     else:
         console.print_audit(report.as_json(), findings, options.repair, alerting, report.state)
     return 1 if findings or report.state else 0
+
+
+def _parent_exists(rules: Any, parent: dict[str, str]) -> None:
+    """Failure when the table holds no item at ``parent`` (and so the audit found nothing)."""
+    from tally.aws import client
+    from tally.dynamodb import serialize
+
+    table = targets.table_name()
+    key = serialize(rules.table.typed(parent))
+    item = client("dynamodb").get_item(TableName=table, Key=key, ConsistentRead=True)
+    if "Item" not in item:
+        raise Failure(
+            f"{console.pattern(parent)}: no such item in table {table}, and no finding under "
+            "that key: nothing to audit (check the key; `tally audit` audits every parent)"
+        )
 
 
 def _exports_under(path: Path) -> None:
@@ -497,8 +574,8 @@ def _export(options: argparse.Namespace) -> int:
                 export = export_table(options.out, segments=options.segments, progress=advance)
         except OSError as error:
             raise Failure(f"--out {options.out}: {error.strerror or error}") from None
-    console.note(f"exported {export.item_count} items to")
-    print(export.directory)
+    console.note(f"export: {export.item_count} items written to {export.directory}")
+    print(export.directory)  # for `$(tally export ...)`
     return 0
 
 
@@ -577,6 +654,7 @@ def _invoke(options: argparse.Namespace) -> int:
             f"its functions: {', '.join(specs)}"
         )
     event = _event(options.event)
+    _event_fits(specs[options.function], event, options.event)
     state_dir = targets.state_dir()
     stack = targets.running(state_dir)
     sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
@@ -613,6 +691,71 @@ def _event(path: Path) -> dict[str, Any]:
     if not isinstance(event, dict):
         raise UsageError(f"event file {path} holds {type(event).__name__}, not a JSON object")
     return event
+
+
+# A template event source's type, and what Lambda delivers for it.
+_SOURCES = {
+    "DynamoDB": "a DynamoDB stream event",
+    "SQS": "an SQS event",
+    "HttpApi": "an HTTP API event",
+    "Api": "an HTTP API event",
+}
+
+
+def _event_kind(event: dict[str, Any]) -> str | None:
+    """What delivered ``event``, in the words of ``_SOURCES``; None when it cannot tell."""
+    if "routeKey" in event or "httpMethod" in event or "requestContext" in event:
+        return "an HTTP API event"
+    records = event.get("Records")
+    if isinstance(records, list) and records and isinstance(records[0], dict):
+        source = records[0].get("eventSource")
+        return {"aws:dynamodb": "a DynamoDB stream event", "aws:sqs": "an SQS event"}.get(
+            str(source)
+        )
+    return None
+
+
+def _event_fits(spec: Any, event: dict[str, Any], path: Path) -> None:
+    """UsageError when ``event`` is plainly of a kind no event source of ``spec`` delivers."""
+    types = [str(source.get("Type")) for source in spec.events.values()]
+    if not types or any(kind not in _SOURCES for kind in types):
+        return  # a schedule, a direct invoke: any JSON object is an event
+    kind = _event_kind(event)
+    wanted = sorted({_SOURCES[kind] for kind in types})
+    if kind not in wanted:
+        raise UsageError(
+            f"event file {path} is {kind or 'no event Lambda delivers to it'}, not "
+            f"{' or '.join(wanted)}: {spec.logical_id} is invoked by "
+            f"{', '.join(sorted(set(types)))} (events/{spec.logical_id}/ holds examples)"
+        )
+
+
+def _examples(options: argparse.Namespace) -> int:
+    from tally.local.examples import EXAMPLES
+    from tally.local.template import template_path
+
+    example = EXAMPLES[options.example]
+    stack = targets.running(targets.state_dir())
+    directory = example.directory(template_path().parent)
+    template = directory / "template.yaml"
+    if stack.table_source != f"{template.resolve()}#{example.table_id}":
+        raise Failure(
+            f"the local stack runs table {stack.table_source or '(the rules file)'}, not the "
+            f"{example.name} example's: `tally local down`, then `tally local up --rules "
+            f"{directory / 'rules.toml'} --template {template}`"
+        )
+    dynamodb = stack.client("dynamodb")
+    if options.action == "load":
+        if dynamodb.scan(TableName=stack.table_name, Limit=1)["Items"]:
+            raise Failure(
+                f"table {stack.table_name} holds items already: the example loads into an "
+                "empty table (`tally local down` and `up` start a new one)"
+            )
+        written = example.load(dynamodb, stack.table_name)
+        console.note(f"examples: {example.summary}: {written} items written to {stack.table_name}")
+    else:
+        console.note(f"examples: {example.fault(dynamodb, stack.table_name)}")
+    return 0
 
 
 def _demo(options: argparse.Namespace) -> int:

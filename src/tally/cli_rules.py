@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -13,27 +12,54 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally import targets
 from tally.cli import EPILOG, _target, rules_file, rules_option
-from tally.console import Failure, UsageError
+from tally.console import Failure
 from tally.rules import RulesFileError, load_rules
 
 
 def register(commands: Any) -> None:
     rules = commands.add_parser(
-        "rules", help="the stream filter; rules checked or proposed", epilog=EPILOG
+        "rules",
+        help="the stream filter; rules checked or proposed",
+        description="The stream filter the rules need; the rules checked against a live "
+        "table, or proposed from one (docs/adopting.md).",
+        epilog=EPILOG,
     )
-    actions = rules.add_subparsers(dest="action", required=True)
+    actions = rules.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    filter_ = actions.add_parser("filter", help="the stream's FilterCriteria pattern")
+    def action(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = actions.add_parser(
+            name, help=summary, description=description, epilog=EPILOG
+        )
+        return parser
+
+    filter_ = action(
+        "filter",
+        "the stream's FilterCriteria pattern",
+        "Print the stream's FilterCriteria pattern for these rules: only items some rule "
+        "cares about reach the reconciler (the template's StreamFilterPattern).",
+    )
     rules_option(filter_)
     filter_.set_defaults(run=_filter)
 
-    check = actions.add_parser("check", help="the rules against a live table and a sample")
+    check = action(
+        "check",
+        "the rules against a live table and a sample",
+        "Check the rules against the target table and a sample of its items: parents "
+        "without a counter or with one that is not a number, items no rule counts; "
+        "exits 1 when it flags anything.",
+    )
     _target(check)
     check.add_argument("--sample", type=_positive, default=1000, help="items to scan (1000)")
     check.add_argument("--json", action="store_true", help="the report as JSON")
     check.set_defaults(run=_check)
 
-    suggest = actions.add_parser("suggest", help="rules read off a sample, as TOML to review")
+    suggest = action(
+        "suggest",
+        "rules read off a sample, as TOML to review",
+        "Propose rules read off a sample of the target table: counters that equal a count, "
+        "sum or highest number of their items, as a rules file to review; exits 1 when it "
+        "finds none.",
+    )
     _target(suggest)
     suggest.add_argument("--sample", type=_positive, default=200, help="items to scan (200)")
     suggest.set_defaults(run=_suggest)
@@ -99,10 +125,4 @@ def _suggest(options: argparse.Namespace) -> int:
 
 
 def _table() -> str:
-    table = os.environ.get("TABLE_NAME")
-    if not table:
-        raise UsageError(
-            "no table: start the local stack (`tally local up`), pass --stack NAME, "
-            "or set TABLE_NAME"
-        )
-    return table
+    return targets.table_name()

@@ -7,10 +7,13 @@ usage or input mistake (the command line, or a rules file or template it reads, 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import (
@@ -135,6 +138,25 @@ def progress(what: str, total: int | None, enabled: bool = True) -> Iterator[Cal
                 bar.update(task, total=done)
 
         yield advance
+
+
+def waiting(what: str, sleep: Callable[[float], None] = time.sleep) -> Callable[[float], None]:
+    """A sleep that says ``what`` it waits for and until when: one line, then a countdown
+    on a terminal."""
+
+    def wait(seconds: float) -> None:
+        until = datetime.now(UTC) + timedelta(seconds=seconds)
+        note(f"{what}: waiting {seconds:g} s, until {until:%H:%M:%S} UTC")
+        end = time.monotonic() + seconds
+        if not err.is_terminal:
+            sleep(seconds)
+            return
+        with Live(console=err, transient=True, auto_refresh=False) as shown:
+            while (left := end - time.monotonic()) > 0:
+                shown.update(Text(f"  {math.ceil(left)} s left"), refresh=True)
+                sleep(min(1.0, left))
+
+    return wait
 
 
 def live(render: Callable[[], RenderableType]) -> Any:

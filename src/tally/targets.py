@@ -25,6 +25,20 @@ def state_dir() -> Path:
     return Path(configured) if configured else local_stack.default_state_dir()
 
 
+NOT_RUNNING = (
+    "the local stack is not running and TABLE_NAME is not set: start it with `tally local up`, "
+    "pass --stack NAME, or export the variables `tally local env` prints"
+)
+
+
+def table_name() -> str:
+    """The target table's name; Failure saying how to name one when nothing does."""
+    name = os.environ.get("TABLE_NAME")
+    if not name:
+        raise Failure(NOT_RUNNING)
+    return name
+
+
 def running(state_dir: Path) -> local_stack.LocalStack:
     """The local stack recorded in ``state_dir``; Failure saying how to start it if it is not up."""
     stack = local_stack.load(state_dir)
@@ -78,10 +92,9 @@ def deployed(stack_name: str) -> dict[str, str]:
 def item_count() -> int:
     """The target table's item count (an estimate); fails fast when it cannot be reached."""
     from tally.aws import client
-    from tally.settings import settings
 
+    name = table_name()  # before any client: no stack is said as such, not as "no region"
     dynamodb = client("dynamodb", config=PREFLIGHT)
-    name = settings().table_name
     try:
         table = dynamodb.describe_table(TableName=name)["Table"]
     except dynamodb.exceptions.ResourceNotFoundException:

@@ -15,9 +15,8 @@ from typing import Any
 from boto3.dynamodb.conditions import Key
 from botocore.exceptions import ReadTimeoutError
 
-
-class Crash(Exception):
-    """The writer process died here: nothing after this point ran."""
+# Seed 001's and seed 004's writers are in tally.local.examples: users load them too.
+from tally.local.examples import Crash
 
 
 class LosesResponse:
@@ -159,28 +158,6 @@ def add_user_create_then_update(client: Any, table: str, name: str, *, crash: bo
     )
 
 
-# --- seed 001 (and seed 003's atomic counter): ADD, then put under the new number -------------
-
-
-def place_order(client: Any, table: str, *, crash: bool = False) -> int:
-    """Seed 001's writer: ADD to the counter, then put the order under the new number."""
-    response = client.update_item(
-        TableName=table,
-        Key={"pk": {"S": "orderCounter"}},
-        UpdateExpression="ADD #cnt :val",
-        ExpressionAttributeNames={"#cnt": "count"},
-        ExpressionAttributeValues={":val": {"N": "1"}},
-        ReturnValues="UPDATED_NEW",
-    )
-    number = response["Attributes"]["count"]["N"]
-    if crash:
-        raise Crash("between the counter and the order")
-    client.put_item(
-        TableName=table, Item={"pk": {"S": number}, "deliveryMethod": {"S": "expedited"}}
-    )
-    return int(number)
-
-
 # --- seed 002: issues numbered by the highest sort key, no counter -----------------------------
 
 
@@ -247,39 +224,7 @@ def take_number(client: Any, table: str, *, crash: bool = False) -> int:
     return int(current_count)
 
 
-# --- seed 004: likes and likeTally in one transaction ------------------------------------------
-
-
-def create_post(client: Any, table: str, post: str) -> None:
-    item = {"PK": {"S": post}, "SK": {"S": "META"}, "likeTally": {"N": "0"}, "body": {"S": "hi"}}
-    client.put_item(TableName=table, Item=item)
-
-
-def like(client: Any, table: str, post: str, user: str) -> None:
-    """Seed 004's writer: the like and the count in one transaction, the like only once."""
-    client.transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table,
-                    "Item": {
-                        "PK": {"S": post},
-                        "SK": {"S": f"LIKE#USER#{user}"},
-                        "likedAt": {"N": "1750636800"},
-                    },
-                    "ConditionExpression": "attribute_not_exists(SK)",
-                }
-            },
-            {
-                "Update": {
-                    "TableName": table,
-                    "Key": {"PK": {"S": post}, "SK": {"S": "META"}},
-                    "UpdateExpression": "ADD likeTally :one",
-                    "ExpressionAttributeValues": {":one": {"N": "1"}},
-                }
-            },
-        ]
-    )
+# --- seed 004: likes and their count split in two writes (the writer: tally.local.examples) ---
 
 
 def like_non_transactional(client: Any, table: str, post: str, user: str, *, crash: bool) -> None:

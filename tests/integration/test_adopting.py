@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
+from tally.local.examples import Crash, create_post, create_project, like, open_issue, place_order
 from tally.rules import RuleSet
 from tests.harness.adopting import Adopted
-from tests.harness.seeds import Crash, create_post, like, place_order
 
 
 def same_rule(proposed: RuleSet, example: RuleSet, keys: list[dict[str, str]]) -> None:
@@ -114,49 +113,6 @@ def test_orders_adopted_checked_suggested_and_a_gap_caught(
 
 
 # --- seed 002: projects whose issues are numbered by a number sort key ------------------------
-
-
-def create_project(dynamodb: Any, table: str, project: str) -> None:
-    item = {"pk": {"S": project}, "sk": {"N": "0"}, "lastIssue": {"N": "0"}}
-    dynamodb.put_item(TableName=table, Item=item)
-
-
-def open_issue(dynamodb: Any, table: str, project: str) -> int:
-    """Seed 002's writer: the highest issue number plus one, put only if absent; the project's
-    lastIssue follows in the same transaction."""
-    found = dynamodb.query(
-        TableName=table,
-        KeyConditionExpression="pk = :p AND sk > :zero",
-        ExpressionAttributeValues={":p": {"S": project}, ":zero": {"N": "0"}},
-        ScanIndexForward=False,
-        Limit=1,
-        ConsistentRead=True,
-    )["Items"]
-    number = int(found[0]["sk"]["N"]) + 1 if found else 1
-    dynamodb.transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table,
-                    "Item": {
-                        "pk": {"S": project},
-                        "sk": {"N": str(number)},
-                        "priority": {"S": "low"},
-                    },
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
-            {
-                "Update": {
-                    "TableName": table,
-                    "Key": {"pk": {"S": project}, "sk": {"N": "0"}},
-                    "UpdateExpression": "SET lastIssue = :n",
-                    "ExpressionAttributeValues": {":n": {"N": str(number)}},
-                }
-            },
-        ]
-    )
-    return number
 
 
 def test_projects_adopted_checked_suggested_and_a_counter_behind_caught(

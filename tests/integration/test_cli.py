@@ -189,6 +189,26 @@ def test_the_audit_exits_1_on_findings_lists_them_and_alerts_only_when_asked(
     assert ": clean" in clean.stdout
 
 
+def test_an_audit_of_a_parent_the_table_lacks_says_so(stack: Stack, tmp_path: Path) -> None:
+    env = dict(os.environ) | {"TALLY_STATE_DIR": str(tmp_path / "none")}
+    missing = tally("audit", "--parent", "PK=POST#nope,SK=META", env=env, expect=1)
+    assert missing.stderr.startswith("tally: PK=POST#nope,SK=META: no such item in table"), (
+        missing.stderr
+    )
+    assert missing.stdout == ""
+
+
+def test_the_audit_says_what_it_waits_for_and_until_when(stack: Stack, tmp_path: Path) -> None:
+    """Children without their parent are judged a grace period later (1 s in these rules)."""
+    env = dict(os.environ) | {"TALLY_STATE_DIR": str(tmp_path / "none")}
+    stack.put({"PK": "POST#gone", "SK": "LIKE#USER#1"})
+    audited = tally("audit", env=env, expect=1)
+    assert "audit: parentless children and sequences are judged a grace period later: " in (
+        audited.stderr
+    )
+    assert "waiting 1 s, until " in audited.stderr and " UTC" in audited.stderr
+
+
 def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -274,6 +294,26 @@ def test_the_pump_logs_as_the_template_says_and_stops_cleanly_on_sigterm(
         assert directive["Namespace"] == variables["POWERTOOLS_METRICS_NAMESPACE"]
         assert all("service" in dimensions for dimensions in directive["Dimensions"])
         assert emf["service"] == variables["POWERTOOLS_SERVICE_NAME"]
+
+
+def test_each_stack_starts_its_functions_log_fresh_and_env_silences_sam(
+    tmp_path: Path,
+) -> None:
+    env = clean_env(tmp_path)
+    log = tmp_path / "state" / "functions.log"
+    started = tally("local", "up", env=env)
+    try:
+        assert started.stderr.startswith("local stack: starting DynamoDB Local"), started.stderr
+        log.write_text("this stack's line\n")
+        again = tally("local", "up", env=env)  # already running: the same stack, the same log
+        assert "starting" not in again.stderr and "already running" in again.stderr
+        assert log.read_text() == "this stack's line\n"
+        assert "export SAM_CLI_TELEMETRY=0" in tally("local", "env", env=env).stdout
+        tally("local", "down", env=env)
+        tally("local", "up", env=env)
+        assert not log.exists() or "this stack's line" not in log.read_text()
+    finally:
+        tally("local", "down", env=env)
 
 
 def test_commands_that_need_the_stack_say_how_to_start_it(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ import pytest
 from tally.handlers import audit as audit_handler
 from tally.handlers import audit_candidates as candidates_handler
 from tally.handlers import writer_api
-from tally.local import runner
+from tally.local import examples, runner
 from tally.local.audit_duckdb import _duckdb, _literal
 from tally.local.exports import export_files, write_export
 from tally.local.template import load_template, template_path
@@ -276,9 +276,9 @@ def _users(a: Adopted) -> None:
 
 def _orders(a: Adopted) -> None:
     for _ in range(2):
-        seeds.place_order(a.dynamodb, a.table)
-    with pytest.raises(seeds.Crash):
-        seeds.place_order(a.dynamodb, a.table, crash=True)
+        examples.place_order(a.dynamodb, a.table)
+    with pytest.raises(examples.Crash):
+        examples.place_order(a.dynamodb, a.table, crash=True)
 
 
 def _issues(a: Adopted) -> None:
@@ -303,9 +303,9 @@ def _projects(a: Adopted) -> None:
 
 
 def _social(a: Adopted) -> None:
-    seeds.create_post(a.dynamodb, a.table, "POST#a")
+    examples.create_post(a.dynamodb, a.table, "POST#a")
     for user in ("u1", "u2"):
-        seeds.like(a.dynamodb, a.table, "POST#a", user)
+        examples.like(a.dynamodb, a.table, "POST#a", user)
     _set(a, {"PK": {"S": "POST#a"}, "SK": {"S": "META"}}, "likeTally", 9)
 
 

@@ -15,21 +15,18 @@ from typing import Any
 
 import pytest
 
+from tally.local.examples import Crash, create_post, like, place_order
 from tests.harness.adopting import Adopted
 from tests.harness.seeds import (
-    Crash,
     LosesResponse,
     UserExists,
     add_user,
     add_user_create_then_update,
     add_user_non_transactional,
     create_counter,
-    create_post,
     create_user_metadata,
-    like,
     like_non_transactional,
     open_issue,
-    place_order,
     retried,
     take_number,
 )

@@ -101,7 +101,8 @@ def test_export_without_a_target_says_how_to_name_one(
 ) -> None:
     code, _, err = tally(capsys, "export", "--out", str(tmp_path / "out"))
     assert code == 1
-    assert "environment variable TABLE_NAME is not set" in err and "tally local up" in err
+    assert "the local stack is not running and TABLE_NAME is not set" in err
+    assert "tally local up" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -129,7 +130,7 @@ def test_no_target_says_how_to_name_one_and_never_prints_the_environment(
     monkeypatch.setenv("SOME_SECRET", "hunter2-do-not-print")
     code, _, err = tally(capsys, "audit")
     assert code == 1
-    assert "environment variable TABLE_NAME is not set" in err
+    assert "the local stack is not running and TABLE_NAME is not set" in err
     assert "tally local up" in err and "--stack NAME" in err
     assert "hunter2" not in err
 

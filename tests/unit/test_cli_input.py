@@ -232,6 +232,7 @@ def _commands() -> Iterator[tuple[list[str], argparse.ArgumentParser]]:
 VALID = {
     "action": {"local": "env", "dynamodb-local": "run"},
     "function": "ReconcilerFunction",
+    "example": "social",
     "event": EVENT,
     "out": "OUT",
 }

@@ -68,3 +68,28 @@ def test_every_handler_imports_from_the_package_alone(package: Path) -> None:
         [sys.executable, "-c", script], env=environment, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_size_docs_operations_states_is_the_built_package_s(package: Path) -> None:
+    """docs/operations.md states the function package's size (the one place docs do), to
+    within a tenth of it: the files' bytes, and zipped as `sam deploy` uploads it."""
+    import io
+    import re
+    import zipfile
+
+    page = (template_path().parent / "docs" / "operations.md").read_text()
+    found = re.search(
+        r"\| each of the six functions \|.*\| ([\d.]+) MB \(([\d.]+) MB zipped\) \|", page
+    )
+    assert found, "docs/operations.md: the function package's row is gone"
+    stated, stated_zipped = float(found.group(1)), float(found.group(2))
+    # Without the bytecode the import tests above leave behind (the build ships none).
+    files = [p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    size = sum(p.stat().st_size for p in files) / 1e6
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in files:
+            archive.write(path, path.relative_to(package))
+    zipped = len(buffer.getvalue()) / 1e6
+    assert abs(size - stated) <= size / 10, (size, stated)
+    assert abs(zipped - stated_zipped) <= zipped / 10, (zipped, stated_zipped)

@@ -22,7 +22,7 @@ from tally.rules import load_rules
 from tally.streams import StreamReader, stream_arn
 
 CHECKPOINT_FILE = "stream-checkpoint.json"
-FUNCTION_LOG = "functions.log"
+FUNCTION_LOG = local_stack.FUNCTION_LOG
 # Local mode has no X-Ray daemon (`sam local invoke` disables tracing the same way).
 LOCAL_ENVIRONMENT = {"POWERTOOLS_TRACE_DISABLED": "true"}
 

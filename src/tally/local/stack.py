@@ -195,6 +195,10 @@ def load(state_dir: Path) -> LocalStack | None:
         ) from exc
 
 
+# The functions' JSON logs and EMF metrics, as CloudWatch would hold them; one stack's only.
+FUNCTION_LOG = "functions.log"
+
+
 def env(stack: LocalStack) -> dict[str, str]:
     """Environment variables that point boto3 programs and the handlers at the stack."""
     return {
@@ -236,8 +240,10 @@ def sam_env(stack: LocalStack) -> dict[str, dict[str, str]]:
 
 
 def exports(stack: LocalStack) -> str:
-    """`env` as shell ``export`` lines, for ``eval "$(tally local env)"``."""
-    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in env(stack).items())
+    """`env` as shell ``export`` lines, for ``eval "$(tally local env)"``; with them `sam`
+    run by hand prints no telemetry banner, as under make."""
+    values = env(stack) | {"SAM_CLI_TELEMETRY": "0"}
+    return "\n".join(f"export {name}={shlex.quote(value)}" for name, value in values.items())
 
 
 @dataclass(frozen=True)
@@ -289,8 +295,10 @@ def up(
     rules_file: Path | None = None,
     template: Path | None = None,
     table_id: str = "Table",
+    starting: Callable[[], None] = lambda: None,
 ) -> LocalStack:
-    """Start the stack and create the template's resources, or return the running one.
+    """Start the stack and create the template's resources, or return the running one;
+    ``starting`` is called once everything is checked, before processes start.
 
     Ports default to free ones. A stack recorded in ``state_dir`` whose processes still
     answer is returned as is (``already_running``) if it holds the same table and rules;
@@ -321,7 +329,9 @@ def up(
     external = os.environ.get("DYNAMODB_ENDPOINT")
     if external and dynamodb_port is not None:
         raise LocalStackError(f"DYNAMODB_ENDPOINT={external} is set; no DynamoDB port to choose")
+    starting()
     state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / FUNCTION_LOG).unlink(missing_ok=True)  # a new stack's log: its own lines only
     with contextlib.ExitStack() as held:
         moto_port = _reserve_port(held, "127.0.0.1", moto_port, "moto server")
         dynamodb: tuple[list[str], Path] | None = None

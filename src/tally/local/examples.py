@@ -1,0 +1,222 @@
+"""The example tables of docs/adopting.md, filled by their teams' own writers:
+``tally examples load SHAPE`` writes correct traffic, ``tally examples fault SHAPE`` the
+fault each walk-through catches.
+
+The writers are the seed articles' code (seed 004's likes, seed 001's orders, seed 002's
+numbered issues), as the tests run them too. The data is the same on every run (seeded), so
+the walk-throughs' outputs can be shown as they come.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class Crash(Exception):
+    """The writer process died here: nothing after this point ran."""
+
+
+# --- seed 004: likes and likeTally in one transaction ------------------------------------------
+
+
+def create_post(client: Any, table: str, post: str) -> None:
+    item = {"PK": {"S": post}, "SK": {"S": "META"}, "likeTally": {"N": "0"}, "body": {"S": "hi"}}
+    client.put_item(TableName=table, Item=item)
+
+
+def like(client: Any, table: str, post: str, user: str) -> None:
+    """Seed 004's writer: the like and the count in one transaction, the like only once."""
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Put": {
+                    "TableName": table,
+                    "Item": {
+                        "PK": {"S": post},
+                        "SK": {"S": f"LIKE#USER#{user}"},
+                        "likedAt": {"N": "1750636800"},
+                    },
+                    "ConditionExpression": "attribute_not_exists(SK)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": {"PK": {"S": post}, "SK": {"S": "META"}},
+                    "UpdateExpression": "ADD likeTally :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+        ]
+    )
+
+
+# --- seed 001: ADD, then put under the new number ----------------------------------------------
+
+
+def place_order(client: Any, table: str, *, crash: bool = False) -> int:
+    """Seed 001's writer: ADD to the counter, then put the order under the new number."""
+    response = client.update_item(
+        TableName=table,
+        Key={"pk": {"S": "orderCounter"}},
+        UpdateExpression="ADD #cnt :val",
+        ExpressionAttributeNames={"#cnt": "count"},
+        ExpressionAttributeValues={":val": {"N": "1"}},
+        ReturnValues="UPDATED_NEW",
+    )
+    number = response["Attributes"]["count"]["N"]
+    if crash:
+        raise Crash("between the counter and the order")
+    client.put_item(
+        TableName=table, Item={"pk": {"S": number}, "deliveryMethod": {"S": "expedited"}}
+    )
+    return int(number)
+
+
+# --- seed 002: issues under a number sort key, lastIssue on the project's item -----------------
+
+
+def create_project(client: Any, table: str, project: str) -> None:
+    item = {"pk": {"S": project}, "sk": {"N": "0"}, "lastIssue": {"N": "0"}}
+    client.put_item(TableName=table, Item=item)
+
+
+def open_issue(client: Any, table: str, project: str) -> int:
+    """Seed 002's writer: the highest issue number plus one, put only if absent; the project's
+    lastIssue follows in the same transaction."""
+    found = client.query(
+        TableName=table,
+        KeyConditionExpression="pk = :p AND sk > :zero",
+        ExpressionAttributeValues={":p": {"S": project}, ":zero": {"N": "0"}},
+        ScanIndexForward=False,
+        Limit=1,
+        ConsistentRead=True,
+    )["Items"]
+    number = int(found[0]["sk"]["N"]) + 1 if found else 1
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Put": {
+                    "TableName": table,
+                    "Item": {
+                        "pk": {"S": project},
+                        "sk": {"N": str(number)},
+                        "priority": {"S": "low"},
+                    },
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": {"pk": {"S": project}, "sk": {"N": "0"}},
+                    "UpdateExpression": "SET lastIssue = :n",
+                    "ExpressionAttributeValues": {":n": {"N": str(number)}},
+                }
+            },
+        ]
+    )
+    return number
+
+
+# --- the examples: correct traffic, then the fault each walk-through catches ------------------
+
+
+def _social(client: Any, table: str) -> int:
+    rng = random.Random(4)
+    written = 0
+    for p in range(40):
+        post = f"POST#{p:04x}"
+        create_post(client, table, post)
+        written += 1
+        for user in rng.sample(range(100), rng.randrange(0, 10)):
+            like(client, table, post, f"{user:04x}")
+            written += 1
+    return written
+
+
+def _social_fault(client: Any, table: str) -> str:
+    client.put_item(
+        TableName=table, Item={"PK": {"S": "POST#0003"}, "SK": {"S": "LIKE#USER#import"}}
+    )
+    return "a batch import put a like in POST#0003 without its count"
+
+
+def _orders(client: Any, table: str) -> int:
+    for _ in range(120):
+        place_order(client, table)
+    client.put_item(TableName=table, Item={"pk": {"S": "customer#7"}, "name": {"S": "Ada"}})
+    return 122  # the counter, 120 orders, a customer
+
+
+def _orders_fault(client: Any, table: str) -> str:
+    with contextlib.suppress(Crash):
+        place_order(client, table, crash=True)
+    lost = place_order(client, table) - 1
+    return f"the writer crashed between its two steps: order {lost} was never put"
+
+
+def _projects(client: Any, table: str) -> int:
+    rng = random.Random(2)
+    written = 0
+    for p in range(20):
+        project = f"project{p:02d}"
+        create_project(client, table, project)
+        written += 1
+        for _ in range(rng.randrange(1, 12)):
+            open_issue(client, table, project)
+            written += 1
+    return written
+
+
+def _projects_fault(client: Any, table: str) -> str:
+    key = {"pk": {"S": "project07"}, "sk": {"N": "0"}}
+    last = int(client.get_item(TableName=table, Key=key)["Item"]["lastIssue"]["N"])
+    client.put_item(
+        TableName=table,
+        Item={"pk": {"S": "project07"}, "sk": {"N": str(last + 1)}, "priority": {"S": "high"}},
+    )
+    return f"a back-office import put issue {last + 1} of project07, lastIssue left at {last}"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One walk-through's table: its writers' correct traffic and its fault."""
+
+    name: str
+    table_id: str
+    summary: str
+    load: Callable[[Any, str], int]
+    fault: Callable[[Any, str], str]
+
+    def directory(self, root: Path) -> Path:
+        return root / "examples" / "adopting" / self.name
+
+
+EXAMPLES = {
+    e.name: e
+    for e in (
+        Example(
+            "social", "SocialTable", "seed 004: 40 posts and their likes", _social, _social_fault
+        ),
+        Example(
+            "orders",
+            "OrdersTable",
+            "seed 001: 120 numbered orders and a customer",
+            _orders,
+            _orders_fault,
+        ),
+        Example(
+            "projects",
+            "ProjectsTable",
+            "seed 002: 20 projects and their numbered issues",
+            _projects,
+            _projects_fault,
+        ),
+    )
+}
