@@ -33,11 +33,11 @@ from tally.handlers import audit as audit_handler
 from tally.handlers import audit_candidates as candidates_handler
 from tally.handlers import writer_api
 from tally.local import examples, runner
-from tally.local.audit_duckdb import _duckdb, _literal
+from tally.local.audit_duckdb import query_rows
 from tally.local.exports import export_files, write_export
 from tally.local.template import load_template, template_path
 from tally.reconciler import runtime
-from tally.reconciler.audit_sql import DUCKDB, AuditQuery
+from tally.reconciler.audit_sql import AuditQuery
 from tally.rules import RuleSet
 from tests.harness import seeds
 from tests.harness.adopting import EXAMPLES, Adopted
@@ -152,24 +152,16 @@ def duckdb_rows(dynamodb: Any, table: str, rules: RuleSet, out: Path) -> list[di
     audited = [r for r in rules if r.repair != "off" and _exportable(r, rules)]
     if not audited:
         return []  # the export engine refuses these rules: the scan engine audits them
-    query = AuditQuery(audited, rules.table, DUCKDB)
-    files = export_files(export)
-    source = (
-        f"read_json([{', '.join(_literal(f) for f in files)}], format='newline_delimited', "
-        f"compression='gzip', columns={{'Item': {_literal(query.item_type())}}})"
-    )
-    with _duckdb().connect() as connection:
-        cursor = connection.execute(query.sql(source))
-        columns = [d[0] for d in cursor.description]
-        return [
-            {c: "" if v is None else str(v) for c, v in zip(columns, row, strict=True)}
-            for row in cursor.fetchall()
-        ]
+    query = AuditQuery(audited, rules.table)
+    return [
+        {c: "" if v is None else str(v) for c, v in row.items()}
+        for row in query_rows(query, export_files(export))
+    ]
 
 
 def _exportable(rule: Any, rules: RuleSet) -> bool:
     try:
-        AuditQuery([rule], rules.table, DUCKDB)
+        AuditQuery([rule], rules.table)
     except ValueError:
         return False
     return True

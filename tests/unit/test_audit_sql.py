@@ -1,4 +1,4 @@
-"""The audit query, run by DuckDB for real over export files; the Athena text checked too.
+"""The audit query: Athena's text, checked against its own DDL, run by DuckDB transpiled.
 
 The property tests hold the query to the rules' meaning computed with exact Decimal
 arithmetic: every parent or counter that is wrong is a candidate, and a candidate that is
@@ -7,21 +7,22 @@ not wrong carries a number the query could not read exactly.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
-import sqlglot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tally.local.audit_duckdb import candidates
 from tally.local.exports import read_export
-from tally.reconciler.audit_sql import ATHENA, DUCKDB, EXACT_AMOUNT, AuditQuery
+from tally.reconciler.athena_plan import ExportDescription, plan
+from tally.reconciler.audit_sql import EXACT_AMOUNT, AuditQuery, check, to_duckdb
 from tally.reconciler.candidates import Candidate, parse_candidate
-from tally.rules import DEFAULT_RULES_FILE, load_rules, parse_rules
+from tally.rules import DEFAULT_RULES_FILE, RuleSet, load_rules, parse_rules
 from tests.utils import write_aws_export
 
 RULES = load_rules(DEFAULT_RULES_FILE)  # likes, order-total, issue-numbers, user-numbers
@@ -43,7 +44,7 @@ def item(pk: str, sk: str, **attributes: Any) -> dict[str, Any]:
 
 def run(tmp_path: Path, items: list[dict[str, Any]]) -> dict[tuple[str, str], Candidate]:
     directory = write_aws_export(tmp_path, items)
-    query = AuditQuery(list(RULES), RULES.table, DUCKDB)
+    query = AuditQuery(list(RULES), RULES.table)
     found = {}
     for candidate in candidates(query, read_export(directory), RULES):
         found[candidate.rule, candidate.key["PK"]] = candidate
@@ -242,73 +243,94 @@ def test_candidates_are_exactly_what_is_wrong_or_inexact(
     assert sequences == wrong_projects
 
 
-# --- the Athena variant ---------------------------------------------------------------------
+# --- one text: Athena's, checked against its DDL, transpiled for DuckDB ----------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_FILES = [DEFAULT_RULES_FILE, *sorted((ROOT / "examples" / "adopting").glob("*/rules.toml"))]
+DESCRIPTION = ExportDescription(
+    ExportArn="arn:aws:dynamodb:us-east-1:123456789012:table/Tally/export/01234-abcd",
+    ExportStatus="COMPLETED",
+    S3Bucket="bucket",
+    S3Prefix="audits",
+)
 
 
-def test_the_athena_text_parses_as_athena_sql() -> None:
-    query = AuditQuery(list(RULES), RULES.table, ATHENA)
-    sqlglot.parse_one(query.sql('"tally_audit"."export_01"'), read="athena")
-    ddl = query.athena_table("tally_audit", "export_01", "s3://bucket/audits/AWSDynamoDB/x/data/")
-    assert ddl.startswith(
-        "CREATE EXTERNAL TABLE IF NOT EXISTS `tally_audit`.`export_01` (item struct<"
+def athena_statements(rules: RuleSet) -> tuple[str, str, str]:
+    statements = plan(DESCRIPTION, rules, "tally_audit")
+    return statements.create, statements.query, statements.drop
+
+
+@pytest.mark.parametrize("path", RULE_FILES, ids=lambda p: Path(p).parent.name)
+def test_the_plan_fits_the_table_its_ddl_declares(path: Path) -> None:
+    rules = load_rules(path)
+    exportable = [r for r in rules if r.repair != "off" and _exportable(r, rules)]
+    if not exportable:
+        pytest.skip("the export engine reads none of these rules")
+    rules = RuleSet(rules.table, exportable)
+    check(*athena_statements(rules))
+    to_duckdb(athena_statements(rules)[1])  # nothing Athena says that DuckDB cannot
+
+
+def _exportable(rule: Any, rules: RuleSet) -> bool:
+    try:
+        AuditQuery([rule], rules.table)
+    except ValueError:
+        return False
+    return True
+
+
+def test_the_athena_ddl_declares_what_the_rules_read() -> None:
+    create, query, drop = athena_statements(RULES)
+    assert create.startswith(
+        "CREATE EXTERNAL TABLE IF NOT EXISTS `tally_audit`.`export_01234_abcd` (item struct<"
     )
-    assert "ROW FORMAT SERDE 'org.openx.data.jsonserde.JsonSerDe'" in ddl
-    assert ddl.endswith("LOCATION 's3://bucket/audits/AWSDynamoDB/x/data/'")
+    assert "ROW FORMAT SERDE 'org.openx.data.jsonserde.JsonSerDe'" in create
+    assert create.endswith("LOCATION 's3://bucket/audits/AWSDynamoDB/01234-abcd/data/'")
     # Only the attributes the rules read, lower-cased as the SerDe matches them.
-    assert "pk:struct<s:string>" in ddl and "lastid:struct<n:string>" in ddl
-    assert "seqname:struct<s:string>" in ddl and "numidentifier:struct<n:string>" in ddl
-    assert "title" not in ddl
+    assert "pk:struct<s:string>" in create and "lastid:struct<n:string>" in create
+    assert "seqname:struct<s:string>" in create and "numidentifier:struct<n:string>" in create
+    assert "title" not in create
+    assert 'FROM "tally_audit"."export_01234_abcd"' in query
+    assert drop == "DROP TABLE IF EXISTS `tally_audit`.`export_01234_abcd`"
 
 
-def test_the_athena_text_finds_what_the_duckdb_text_finds(tmp_path: Path) -> None:
-    """Run on DuckDB with stand-ins for Athena's differences: a regexp_like function, and the
-    table the JSON SerDe makes of the export, whose names it matches case-insensitively."""
-    items = [
-        item("POST#1", "META", likeTally=n(3)),
-        item("POST#1", "LIKE#1"),
-        item("ORDER#1", "META", total=n("2.5")),
-        item("ORDER#1", "LINE#1", amount=n("2.25")),
-        item(*COUNTER, lastIssue=n(3)),
-        item("PROJECT#A", "ISSUE#0000000003"),
-        item("UserMetadata", "META", LastID=n(1)),
-    ]
-    athena = AuditQuery(list(RULES), RULES.table, ATHENA)
-    duck = AuditQuery(list(RULES), RULES.table, DUCKDB)
-    connection = duckdb.connect()
-    connection.execute("CREATE MACRO regexp_like(s, p) AS regexp_matches(s, p)")
-    serde = write_aws_export(tmp_path / "serde", [lowered(i) for i in items])
-    hive = athena.item_type().replace(":", " ").replace("struct<", "STRUCT(").replace(">", ")")
-    connection.execute(
-        f"CREATE TABLE export AS SELECT * FROM read_json({data_files(serde)}, "
-        f"format='newline_delimited', columns={{'Item': '{hive}'}})"
-    )
-    via_athena = connection.execute(athena.sql("export")).fetchall()
-    plain = write_aws_export(tmp_path / "plain", items)
-    source = (
-        f"read_json({data_files(plain)}, format='newline_delimited', "
-        f"columns={{'Item': '{duck.item_type()}'}})"
-    )
-    via_duckdb = connection.execute(duck.sql(source)).fetchall()
-    assert via_athena == via_duckdb
-    expected = ["issue-numbers", "likes", "order-total", "user-numbers"]
-    assert [row[0] for row in via_duckdb] == expected
+@pytest.mark.parametrize(
+    ("statement", "old", "new", "fault"),
+    [
+        (1, "AND val_set THEN", "AND val_sett THEN", "Column 'val_sett' could not be resolved"),
+        (1, "regexp_like(", "regexp_lik(", "functions Athena lacks: regexp_lik"),
+        (1, "item.pk.s ", "item.pkk.s ", "reads item.pkk, which its table does not declare"),
+        (1, ".numidentifier.n ", ".numidentifier.s ", "reads item.numidentifier.s,"),
+        (0, "lastid:struct<n:string>", "lastidd:struct<n:string>", "reads item.lastid,"),
+        (0, "item struct<", "item struct<<", "do not parse"),
+        (2, "export_01234_abcd", "export_other", "does not drop the table the DDL creates"),
+    ],
+)
+def test_a_fault_in_the_statements_is_refused(
+    statement: int, old: str, new: str, fault: str
+) -> None:
+    statements = list(athena_statements(RULES))
+    assert old in statements[statement]
+    statements[statement] = statements[statement].replace(old, new, 1)
+    with pytest.raises(ValueError, match=re.escape(fault)):
+        check(*statements)
 
 
-def lowered(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k.lower(): lowered(v) for k, v in value.items()}
-    return value
-
-
-def data_files(directory: Path) -> list[str]:
-    return [str(p) for p in sorted((directory / "data").glob("*.json.gz")) if p.stat().st_size]
+def test_duckdb_runs_the_athena_text_with_trinos_null_semantics() -> None:
+    _, query, _ = athena_statements(RULES)
+    transpiled = to_duckdb(query)
+    assert "regexp_like" not in transpiled.lower()
+    assert "REGEXP_MATCHES" in transpiled
+    # Trino's greatest() is NULL when any argument is; DuckDB's skips NULLs unless told.
+    row = duckdb.sql(to_duckdb("SELECT greatest(NULL, 1), least(2, NULL), greatest(3, 1)"))
+    assert row.fetchall() == [(None, None, 3)]
 
 
 @pytest.mark.parametrize(
     ("attribute", "problem"),
     [("like-tally", "letters, digits and underscores"), ("pk", "differ only in case")],
 )
-def test_athena_refuses_attributes_its_serde_cannot_read(attribute: str, problem: str) -> None:
+def test_attributes_the_serde_cannot_read_are_refused(attribute: str, problem: str) -> None:
     rules = parse_rules(
         {
             "rules": [
@@ -322,9 +344,8 @@ def test_athena_refuses_attributes_its_serde_cannot_read(attribute: str, problem
             ]
         }
     )
-    AuditQuery(list(rules), rules.table, DUCKDB)  # DuckDB quotes any name
     with pytest.raises(ValueError, match=problem) as error:
-        AuditQuery(list(rules), rules.table, ATHENA)
+        AuditQuery(list(rules), rules.table)
     assert repr(attribute) in str(error.value)
 
 

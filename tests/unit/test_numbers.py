@@ -29,7 +29,7 @@ from tally.numbers import (
     parse,
     representable,
 )
-from tally.reconciler.audit_sql import DUCKDB, AuditQuery
+from tally.reconciler.audit_sql import AuditQuery
 from tally.reconciler.audit_store import Carry
 from tally.reconciler.changes import group_records
 from tally.reconciler.full_audit import _disagrees, _tally
@@ -456,7 +456,7 @@ def test_the_export_engine_makes_a_candidate_of_every_parent_with_a_finding(
             expected.add(parent.pk)
     exported = [_export_json(item) for item in items]
     directory = write_aws_export(tmp_path_factory.mktemp("export"), exported)
-    query = AuditQuery(list(RULES), RULES.table, DUCKDB)
+    query = AuditQuery(list(RULES), RULES.table)
     found = {c.key["PK"] for c in candidates(query, read_export(directory), RULES)}
     assert expected <= found
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tally.reconciler.audit_sql import ATHENA, AuditQuery
+from tally.reconciler.audit_sql import AuditQuery
 from tally.rules import RuleSet
 
 _EXPORT_ARN = re.compile(r"^arn:[^:]+:dynamodb:[^:]*:\d*:table/[^/]+/export/(?P<id>[0-9a-zA-Z-]+)$")
@@ -54,7 +54,7 @@ def plan(description: ExportDescription, rules: RuleSet, database: str) -> Athen
     prefix = description.S3Prefix.strip("/")
     location = f"s3://{description.S3Bucket}/{prefix + '/' if prefix else ''}"
     location += f"AWSDynamoDB/{export_id}/data/"
-    query = AuditQuery([r for r in rules if r.repair != "off"], rules.table, ATHENA)
+    query = AuditQuery([r for r in rules if r.repair != "off"], rules.table)
     name = "export_" + export_id.lower().replace("-", "_")
     return AthenaPlan(
         export_id=export_id,

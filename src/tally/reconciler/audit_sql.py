@@ -14,9 +14,11 @@ any other number, a child amount that is not a number, or a counter the query ca
 exactly, is a candidate whatever its sum: the recount sums it exactly (``tally.numbers``),
 and no rounding can hide drift or make it up.
 
-The same text runs on DuckDB (locally, over the export's files) and on Athena (over the
-export in S3, through the OpenX JSON SerDe); the dialects differ in the regular expression
-function and in Athena's lower-case column names.
+The query is written once, in Athena's SQL, over the table its own DDL declares (Hive's
+DDL, the export's files through the OpenX JSON SerDe). ``check`` holds the statements to
+that DDL before anything runs them: every column and struct field resolves, and every
+function is one sqlglot knows for Athena. DuckDB (locally, over the export's files) runs
+that same text transpiled by sqlglot (``to_duckdb``), Trino's NULL semantics included.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tally.key_patterns import Pattern
 from tally.reconciler.candidates import PROBLEMS
@@ -66,19 +69,6 @@ def _check_supported(rules: Sequence[AnyRule], table: TableKeys) -> None:
 
 
 @dataclass(frozen=True)
-class Dialect:
-    """What differs between the engines that run the audit query."""
-
-    name: str
-    regexp: str  # (string, pattern) -> boolean, matching anywhere
-    lower_case: bool  # the engine folds column and field names to lower case
-
-
-DUCKDB = Dialect("duckdb", "regexp_matches", lower_case=False)
-ATHENA = Dialect("athena", "regexp_like", lower_case=True)
-
-
-@dataclass(frozen=True)
 class _Slot:
     """One role of one rule: the items that play it, their parent's key and their value."""
 
@@ -93,30 +83,38 @@ class _Slot:
 
 
 class AuditQuery:
-    """The audit query for some rules of one table, in one dialect."""
+    """The audit query for some rules of one table, in Athena's SQL."""
 
-    def __init__(self, rules: Sequence[AnyRule], table: TableKeys, dialect: Dialect):
+    def __init__(self, rules: Sequence[AnyRule], table: TableKeys):
         if not rules:
             raise ValueError("the audit query needs at least one rule")
         _check_supported(rules, table)
         self.rules = list(rules)
         self.table = table
-        self.dialect = dialect
         self.attributes = _attributes(self.rules, table)
-        if dialect.lower_case:
-            _check_folds(self.attributes)
+        _check_folds(self.attributes)
         self._alias = {name: f"a{i}" for i, name in enumerate(self.attributes)}
         self._keys = [f"k{i}" for i in range(len(table.names))]
 
     # --- what the engine reads ------------------------------------------------------------
 
     def item_type(self) -> str:
-        """The exported ``Item`` column's type: only the attributes the rules name."""
+        """The ``item`` column's Hive type: only the attributes the rules name, lower-cased
+        as the JSON SerDe matches them."""
         fields = []
         for name, types in self.attributes.items():
-            inner = [self._field(t, self._string()) for t in sorted(types)]
-            fields.append(self._field(name, self._struct(inner)))
-        return self._struct(fields)
+            inner = ",".join(f"{t.lower()}:string" for t in sorted(types))
+            fields.append(f"{name.lower()}:struct<{inner}>")
+        return f"struct<{','.join(fields)}>"
+
+    def duckdb_item_type(self) -> str:
+        """The same type for DuckDB's JSON reader, which matches keys as written (the query's
+        field access is case-insensitive in DuckDB, as the SerDe's is)."""
+        fields = []
+        for name, types in self.attributes.items():
+            inner = ", ".join(f"{_quote(t)} VARCHAR" for t in sorted(types))
+            fields.append(f"{_quote(name)} STRUCT({inner})")
+        return f"STRUCT({', '.join(fields)})"
 
     def athena_table(self, database: str, table: str, location: str) -> str:
         """DDL for the export's data files as an Athena table (OpenX JSON SerDe)."""
@@ -125,8 +123,12 @@ class AuditQuery:
             f" ROW FORMAT SERDE 'org.openx.data.jsonserde.JsonSerDe' LOCATION {_lit(location)}"
         )
 
+    def athena_drop(self, database: str, table: str) -> str:
+        """DDL dropping the table ``athena_table`` made (the data files stay)."""
+        return f"DROP TABLE IF EXISTS `{database}`.`{table}`"
+
     def sql(self, source: str) -> str:
-        """The query over ``source``, a relation with the export's ``Item`` column."""
+        """The query over ``source``, the table ``athena_table`` declares."""
         slots = self._slots()
         tally_rules = [i for i, r in enumerate(self.rules) if not isinstance(r, SequenceRule)]
         sequence_rules = [i for i, r in enumerate(self.rules) if isinstance(r, SequenceRule)]
@@ -387,25 +389,10 @@ class AuditQuery:
         return number, odd
 
     def _re(self, text: str, pattern: str) -> str:
-        return f"coalesce({self.dialect.regexp}({text}, {_lit(pattern)}), FALSE)"
+        return f"coalesce(regexp_like({text}, {_lit(pattern)}), FALSE)"
 
     def _name(self, name: str) -> str:
-        if self.dialect.lower_case:
-            return name.lower()
-        return '"' + name.replace('"', '""') + '"'
-
-    def _field(self, name: str, type_: str) -> str:
-        # Hive's DDL (Athena) writes name:type; DuckDB's SQL writes "name" type.
-        return (
-            f"{name.lower()}:{type_}" if self.dialect.lower_case else f"{self._name(name)} {type_}"
-        )
-
-    def _struct(self, fields: list[str]) -> str:
-        joined = ",".join(fields) if self.dialect.lower_case else ", ".join(fields)
-        return f"struct<{joined}>" if self.dialect.lower_case else f"STRUCT({joined})"
-
-    def _string(self) -> str:
-        return "string" if self.dialect.lower_case else "VARCHAR"
+        return name.lower()
 
 
 def _attributes(rules: list[AnyRule], table: TableKeys) -> dict[str, set[str]]:
@@ -432,7 +419,7 @@ def _check_folds(attributes: Mapping[str, set[str]]) -> None:
         if not _IDENTIFIER.match(name):
             raise ValueError(
                 f"attribute {name!r} cannot be a column for Athena's JSON SerDe: "
-                "use letters, digits and underscores"
+                "use letters, digits and underscores, or audit with the scan engine"
             )
         other = folded.setdefault(name.lower(), name)
         if other != name:
@@ -440,6 +427,93 @@ def _check_folds(attributes: Mapping[str, set[str]]) -> None:
                 f"attributes {other!r} and {name!r} differ only in case: "
                 "Athena's JSON SerDe cannot tell them apart"
             )
+
+
+def check(create: str, query: str, drop: str) -> None:
+    """Hold the statements to what Athena runs, or raise ``ValueError`` naming the fault.
+
+    The DDL and the DROP parse as Hive's DDL (Athena's, for tables) and name the same table;
+    the query parses as Athena's SQL, calls only functions sqlglot knows, and every column
+    and struct field it reads resolves against the table the DDL declares.
+    """
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ErrorLevel, OptimizeError, ParseError
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.schema import MappingSchema
+
+    try:
+        created = sqlglot.parse_one(create, read="hive", error_level=ErrorLevel.RAISE)
+        dropped = sqlglot.parse_one(drop, read="hive", error_level=ErrorLevel.RAISE)
+        tree = sqlglot.parse_one(query, read="athena", error_level=ErrorLevel.RAISE)
+    except ParseError as error:
+        raise ValueError(f"the audit statements do not parse: {error}") from None
+    if not (isinstance(created, exp.Create) and isinstance(created.this, exp.Schema)):
+        raise ValueError("the audit DDL does not declare a table with columns")
+    table = created.this.this
+    gone = dropped.args.get("tables") or [dropped.this] if isinstance(dropped, exp.Drop) else []
+    if not (
+        isinstance(table, exp.Table)
+        and [(t.db, t.name) for t in gone if isinstance(t, exp.Table)] == [(table.db, table.name)]
+    ):
+        raise ValueError("the audit DROP does not drop the table the DDL creates")
+    unknown = sorted({f.name for f in tree.find_all(exp.Anonymous)})
+    if unknown:
+        raise ValueError(f"the audit query calls functions Athena lacks: {', '.join(unknown)}")
+    columns: dict[str, exp.DataType] = {}
+    for column in created.this.expressions:
+        kind = column.args.get("kind")
+        assert isinstance(column, exp.ColumnDef) and isinstance(kind, exp.DataType)
+        columns[column.name.lower()] = kind
+    schema = MappingSchema(
+        {table.db: {table.name: {n: k.sql("hive") for n, k in columns.items()}}}, dialect="hive"
+    )
+    try:
+        qualified = qualify(tree, schema=schema, dialect="athena", validate_qualify_columns=True)
+    except OptimizeError as error:
+        raise ValueError(f"the audit query does not fit its table: {error}") from None
+    for dot in qualified.find_all(exp.Dot):
+        if isinstance(dot.parent, exp.Dot):
+            continue
+        _check_fields(dot, columns)
+
+
+def _check_fields(dot: Any, columns: Mapping[str, Any]) -> None:
+    """A struct field path (``t.item.pk.s``) names fields the column's type declares."""
+    from sqlglot import exp
+
+    base = dot
+    while isinstance(base, exp.Dot):
+        base = base.this
+    if not isinstance(base, exp.Column) or base.name.lower() not in columns:
+        return
+    kind = columns[base.name.lower()]
+    path = [base.name]
+    for part in dot.parts[len(base.parts) :]:
+        fields = {
+            f.name.lower(): f.args.get("kind")
+            for f in (kind.expressions if kind.is_type(exp.DataType.Type.STRUCT) else [])
+        }
+        path.append(part.name)
+        if part.name.lower() not in fields:
+            raise ValueError(
+                f"the audit query reads {'.'.join(path)}, which its table does not declare"
+            )
+        kind = fields[part.name.lower()]
+
+
+def to_duckdb(query: str) -> str:
+    """The Athena query as DuckDB runs it (sqlglot's transpiler; no construct left out)."""
+    import sqlglot
+    from sqlglot.errors import ErrorLevel
+
+    return sqlglot.transpile(
+        query, read="athena", write="duckdb", unsupported_level=ErrorLevel.RAISE
+    )[0]
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _lit(text: str) -> str:
