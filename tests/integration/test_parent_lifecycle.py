@@ -383,3 +383,39 @@ grace_seconds = 0
 orphan_grace_seconds = 1
 repair = "auto"
 """
+
+
+def order_with_lines(stack: Stack) -> None:
+    stack.put({**ORDER, "total": 0})
+    w = TallyWriter(stack.dynamodb, stack.table, RULES)
+    w.add_child({"PK": "ORDER#17", "SK": "LINE#1"}, {"amount": Decimal("19.99")})
+    w.add_child({"PK": "ORDER#17", "SK": "LINE#2"}, {"amount": Decimal("5.01")})
+    stack.settle()
+    assert stack.alerts() == []
+
+
+def test_an_order_whose_lines_go_first_and_the_order_next_raises_no_alert(stack: Stack) -> None:
+    """A deletion that is no transaction: the lines, the stream handler, then the order."""
+    order_with_lines(stack)
+    stack.delete("ORDER#17", "LINE#1")
+    stack.delete("ORDER#17", "LINE#2")
+    stack.pump()  # the order is left with its total and no line, for a moment
+    stack.delete("ORDER#17", "META")
+    stack.settle()
+    assert stack.alerts() == []
+    assert collection(stack, "ORDER#17") == []
+
+
+def test_an_order_left_without_its_lines_is_drift_after_the_grace(stack: Stack) -> None:
+    order_with_lines(stack)
+    stack.delete("ORDER#17", "LINE#1")
+    stack.delete("ORDER#17", "LINE#2")
+    stack.pump()
+    assert stack.alerts() == []
+    stack.settle()  # the second look, a grace later
+    [alert] = stack.alerts()
+    assert (alert["kind"], Decimal(str(alert["stored"])), alert["actual"]) == (
+        "drift",
+        Decimal("25.00"),
+        0,
+    )

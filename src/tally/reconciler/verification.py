@@ -391,6 +391,13 @@ class Reconciler:
         if finding.kind == "orphans":
             self.judge_orphans(rule, key, finding, observed)
             return
+        if _emptied(rule, group, finding):
+            # Every child went away and nothing else moved: a deletion that takes the
+            # children first and the parent next (a BatchWriteItem is no transaction).
+            self.off.append(Off(finding, "unconfirmed"))
+            reason, delay = "emptied: waiting for a cascade", rule.orphan_grace_seconds
+            self.schedule_recheck(rule, key, 0, reason, _observation(finding), delay=delay)
+            return
         if self.repair(rule, key, snapshot, finding):
             return
         # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
@@ -1012,7 +1019,7 @@ class Reconciler:
 
 
 # Rechecks an inline full audit waits out itself instead of sending them to the queue.
-_INLINE_REASONS = frozenset({"orphans: waiting for a cascade"})
+_INLINE_REASONS = frozenset({"orphans: waiting for a cascade", "emptied: waiting for a cascade"})
 
 
 def _missing(watermark: int, horizon: int, held: Mapping[int, int]) -> Iterator[tuple[int, int]]:
@@ -1068,6 +1075,20 @@ def _never_repaired(rule: TallyRule | SequenceRule, finding: Finding) -> str:
     ):
         return f"the revision attribute {rule.revision!r} is not a number: a human decides"
     return ""
+
+
+def _emptied(rule: TallyRule, group: Group | None, finding: Finding) -> bool:
+    """A stream batch that only removed children, and left the parent with none: judged on
+    a second look a grace later, as orphans are (the rechecks pass no group)."""
+    return (
+        group is not None
+        and bool(rule.orphan_grace_seconds)
+        and finding.kind in ("drift", "ttl_removal")
+        and not finding.actual
+        and not group.counter_delta
+        and bool(group.evidence)
+        and all(e.event == "REMOVE" for e in group.evidence)
+    )
 
 
 def _observation(finding: Finding) -> Observed:
