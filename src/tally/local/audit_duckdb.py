@@ -14,8 +14,9 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from tally.local.athena_sql import check, to_duckdb
 from tally.local.exports import Export, export_files
-from tally.reconciler.audit_sql import AuditQuery, check, to_duckdb
+from tally.reconciler.audit_sql import AuditQuery
 from tally.reconciler.candidates import Candidate, parse_candidate
 from tally.reconciler.full_audit import Audit, AuditReport, audited_rules
 from tally.reconciler.verification import Reconciler

@@ -19,6 +19,7 @@ DDL, the export's files through the OpenX JSON SerDe). ``check`` holds the state
 that DDL before anything runs them: every column and struct field resolves, and every
 function is one sqlglot knows for Athena. DuckDB (locally, over the export's files) runs
 that same text transpiled by sqlglot (``to_duckdb``), Trino's NULL semantics included.
+Both live in ``tally.local.athena_sql``: sqlglot is the local engine's, not the Lambdas'.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tally.key_patterns import Pattern
 from tally.reconciler.candidates import PROBLEMS
@@ -427,89 +427,6 @@ def _check_folds(attributes: Mapping[str, set[str]]) -> None:
                 f"attributes {other!r} and {name!r} differ only in case: "
                 "Athena's JSON SerDe cannot tell them apart"
             )
-
-
-def check(create: str, query: str, drop: str) -> None:
-    """Hold the statements to what Athena runs, or raise ``ValueError`` naming the fault.
-
-    The DDL and the DROP parse as Hive's DDL (Athena's, for tables) and name the same table;
-    the query parses as Athena's SQL, calls only functions sqlglot knows, and every column
-    and struct field it reads resolves against the table the DDL declares.
-    """
-    import sqlglot
-    from sqlglot import exp
-    from sqlglot.errors import ErrorLevel, OptimizeError, ParseError
-    from sqlglot.optimizer.qualify import qualify
-    from sqlglot.schema import MappingSchema
-
-    try:
-        created = sqlglot.parse_one(create, read="hive", error_level=ErrorLevel.RAISE)
-        dropped = sqlglot.parse_one(drop, read="hive", error_level=ErrorLevel.RAISE)
-        tree = sqlglot.parse_one(query, read="athena", error_level=ErrorLevel.RAISE)
-    except ParseError as error:
-        raise ValueError(f"the audit statements do not parse: {error}") from None
-    if not (isinstance(created, exp.Create) and isinstance(created.this, exp.Schema)):
-        raise ValueError("the audit DDL does not declare a table with columns")
-    table = created.this.this
-    gone = dropped.args.get("tables") or [dropped.this] if isinstance(dropped, exp.Drop) else []
-    if not (
-        isinstance(table, exp.Table)
-        and [(t.db, t.name) for t in gone if isinstance(t, exp.Table)] == [(table.db, table.name)]
-    ):
-        raise ValueError("the audit DROP does not drop the table the DDL creates")
-    unknown = sorted({f.name for f in tree.find_all(exp.Anonymous)})
-    if unknown:
-        raise ValueError(f"the audit query calls functions Athena lacks: {', '.join(unknown)}")
-    columns: dict[str, exp.DataType] = {}
-    for column in created.this.expressions:
-        kind = column.args.get("kind")
-        assert isinstance(column, exp.ColumnDef) and isinstance(kind, exp.DataType)
-        columns[column.name.lower()] = kind
-    schema = MappingSchema(
-        {table.db: {table.name: {n: k.sql("hive") for n, k in columns.items()}}}, dialect="hive"
-    )
-    try:
-        qualified = qualify(tree, schema=schema, dialect="athena", validate_qualify_columns=True)
-    except OptimizeError as error:
-        raise ValueError(f"the audit query does not fit its table: {error}") from None
-    for dot in qualified.find_all(exp.Dot):
-        if isinstance(dot.parent, exp.Dot):
-            continue
-        _check_fields(dot, columns)
-
-
-def _check_fields(dot: Any, columns: Mapping[str, Any]) -> None:
-    """A struct field path (``t.item.pk.s``) names fields the column's type declares."""
-    from sqlglot import exp
-
-    base = dot
-    while isinstance(base, exp.Dot):
-        base = base.this
-    if not isinstance(base, exp.Column) or base.name.lower() not in columns:
-        return
-    kind = columns[base.name.lower()]
-    path = [base.name]
-    for part in dot.parts[len(base.parts) :]:
-        fields = {
-            f.name.lower(): f.args.get("kind")
-            for f in (kind.expressions if kind.is_type(exp.DataType.Type.STRUCT) else [])
-        }
-        path.append(part.name)
-        if part.name.lower() not in fields:
-            raise ValueError(
-                f"the audit query reads {'.'.join(path)}, which its table does not declare"
-            )
-        kind = fields[part.name.lower()]
-
-
-def to_duckdb(query: str) -> str:
-    """The Athena query as DuckDB runs it (sqlglot's transpiler; no construct left out)."""
-    import sqlglot
-    from sqlglot.errors import ErrorLevel
-
-    return sqlglot.transpile(
-        query, read="athena", write="duckdb", unsupported_level=ErrorLevel.RAISE
-    )[0]
 
 
 def _quote(name: str) -> str:
