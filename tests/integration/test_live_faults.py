@@ -1,4 +1,5 @@
-"""Live: the pump verifies (at ParallelizationFactor 1, 2 and 10) while writer threads write,
+"""Live: the pump verifies (at the template's ParallelizationFactor, 1; `make bench-live` also
+runs the emulated factors 2 and 10) while writer threads write,
 a fault injector breaks parents, the alert topic fails part of the time, and code "not ours"
 deletes and reuses parents. Counted per run (tests/harness/live.py says how): false
 negatives, false positives, lost writes and harmful writes, each expected to be 0; and the
@@ -39,7 +40,7 @@ def assert_clean(outcome: Outcome) -> None:
     assert outcome.harmful_writes == []
 
 
-@pytest.mark.parametrize("factor", [1, 2, 10])
+@pytest.mark.parametrize("factor", [1])
 def test_live_verification_under_faults(stack: Stack, factor: int, tmp_path: Path) -> None:
     """Every fault kind on small and hot parents, alerted once; parents that live and are
     reused stay balanced; nothing is written where it should not be."""
