@@ -1083,7 +1083,7 @@ def _emptied(rule: TallyRule, group: Group | None, finding: Finding) -> bool:
     return (
         group is not None
         and bool(rule.orphan_grace_seconds)
-        and finding.kind in ("drift", "ttl_removal")
+        and finding.kind == "drift"  # a TTL expiry is no application's deletion
         and not finding.actual
         and not group.counter_delta
         and bool(group.evidence)
