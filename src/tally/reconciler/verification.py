@@ -394,9 +394,7 @@ class Reconciler:
         if _emptied(rule, group, finding):
             # Every child went away and nothing else moved: a deletion that takes the
             # children first and the parent next (a BatchWriteItem is no transaction).
-            self.off.append(Off(finding, "unconfirmed"))
-            reason, delay = "emptied: waiting for a cascade", rule.orphan_grace_seconds
-            self.schedule_recheck(rule, key, 0, reason, _observation(finding), delay=delay)
+            self.look_again(rule, key, finding, "emptied: waiting for a cascade")
             return
         if self.repair(rule, key, snapshot, finding):
             return
@@ -422,14 +420,25 @@ class Reconciler:
         """Children (or members) without their parent: a cascade deleting them is normal, so
         they are a finding only once the same ones were seen a grace period apart. Alert-only:
         no parent (or counter item) is ever created for them."""
-        seen = _observation(finding)
-        if rule.orphan_grace_seconds and not _same(observed, seen):
-            self.off.append(Off(finding, "unconfirmed"))
-            reason, delay = "orphans: waiting for a cascade", rule.orphan_grace_seconds
-            self.schedule_recheck(rule, key, counter_seen, reason, seen, delay=delay)
+        if rule.orphan_grace_seconds and not _same(observed, _observation(finding)):
+            self.look_again(rule, key, finding, "orphans: waiting for a cascade", counter_seen)
             return
         why = "the reconciler never creates a parent or counter item, nor deletes children"
         self.report(finding.with_repair(Repair("skipped", why)))
+
+    def look_again(
+        self,
+        rule: TallyRule | SequenceRule,
+        key: Key,
+        finding: Finding,
+        reason: str,
+        counter_seen: int = 0,
+    ) -> None:
+        """What a cascade may still change is judged on a second look, ``orphan_grace_seconds``
+        later, carrying what this look saw."""
+        self.off.append(Off(finding, "unconfirmed"))
+        seen, delay = _observation(finding), rule.orphan_grace_seconds
+        self.schedule_recheck(rule, key, counter_seen, reason, seen, delay=delay)
 
     def settled_recount(
         self, rule: TallyRule, key: Key, first: ParentState | None = None
