@@ -8,6 +8,7 @@ The table has no stream, so nothing written here ever reaches the reconciler aga
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ class AuditStore:
         self.clock = clock
         # Request units the carries consumed (reads and writes), for metrics and benchmarks.
         self.carry_units = Decimal(0)
+        self._carry_lock = threading.Lock()
 
     # --- findings and repair log ---------------------------------------------------------
 
@@ -421,7 +423,8 @@ class AuditStore:
 
     def _consumed(self, response: Mapping[str, Any]) -> None:
         consumed = response.get("ConsumedCapacity") or {}
-        self.carry_units += Decimal(str(consumed.get("CapacityUnits", 0)))
+        with self._carry_lock:  # item collections are verified concurrently
+            self.carry_units += Decimal(str(consumed.get("CapacityUnits", 0)))
 
     # --- helpers -------------------------------------------------------------------------
 

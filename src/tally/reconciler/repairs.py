@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,8 @@ class RepairPolicy:
     dry_run: bool = False
     budget: int = 25
     used: int = field(default=0)
+    # Item collections are verified concurrently: the budget is taken under this lock.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def writes(self, rule: CountRule | SumRule | SequenceRule) -> bool:
         """Whether a repair of this rule could be written now (budget aside)."""
@@ -32,7 +35,8 @@ class RepairPolicy:
             return Repair("disabled", "repairs are switched off (REPAIRS_ENABLED=false)")
         if self.dry_run:
             return Repair("dry_run", "dry run (DRY_RUN=true): nothing written", before, after)
-        if self.used >= self.budget:
-            return Repair("skipped", f"repair budget of {self.budget} per invocation used up")
-        self.used += 1
+        with self._lock:
+            if self.used >= self.budget:
+                return Repair("skipped", f"repair budget of {self.budget} per invocation used up")
+            self.used += 1
         return None

@@ -67,6 +67,7 @@ def reconciler() -> Reconciler:
         carry_seconds=env.carry_seconds,
         open_carries=_OPEN_CARRIES,
         carrying=env.parallelization_factor == 1,
+        concurrency=env.verify_concurrency,
     )
 
 

@@ -8,6 +8,7 @@ repair log, the marker's record, the alert), so none of them can exist without t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -68,11 +69,18 @@ class Reads:
     items: int = 0
     capacity: Decimal = Decimal(0)
     recounts: int = 0
+    # Item collections are verified concurrently: each total moves under this lock.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, response: Mapping[str, Any], items: int) -> None:
-        self.items += items
         consumed = response.get("ConsumedCapacity") or {}
-        self.capacity += Decimal(str(consumed.get("CapacityUnits", 0)))
+        with self._lock:
+            self.items += items
+            self.capacity += Decimal(str(consumed.get("CapacityUnits", 0)))
+
+    def recounted(self) -> None:
+        with self._lock:
+            self.recounts += 1
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,7 @@ class TallyTable:
 
     def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
         """Count or sum the children with paginated consistent queries."""
-        self.reads.recounts += 1
+        self.reads.recounted()
         request = self._children_request(rule, parent_key)
         names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
         if isinstance(rule, SumRule):

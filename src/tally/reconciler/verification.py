@@ -20,11 +20,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 import secrets
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -111,6 +114,16 @@ class Stats:
     drift_lifetimes: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
+    def merge(self, other: Stats) -> None:
+        """Add what ``other`` counted (one item collection's share of a batch)."""
+        for name, value in vars(other).items():
+            if isinstance(value, Counter):
+                getattr(self, name).update(value)
+            elif isinstance(value, list):
+                getattr(self, name).extend(value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
 
 @dataclass(frozen=True)
 class Repairing:
@@ -147,6 +160,7 @@ class Reconciler:
         carry_seconds: int = 5,
         open_carries: set[CarryId] | None = None,
         carrying: bool = True,
+        concurrency: int = 1,
     ):
         self.rules = rules
         self.table = table
@@ -167,16 +181,27 @@ class Reconciler:
         self.open_carries = open_carries if open_carries is not None else set()
         # Set by an inline full audit: orphans' second looks wait in the audit, not the queue.
         self.inline_rechecks: list[tuple[Recheck, int]] | None = None
-        self.stats = Stats()
+        # Item collections of one batch verified at once (each waits mostly on the table).
+        self.concurrency = max(1, concurrency)
+        self._stats = Stats()
+        self._local = threading.local()
+        self._ledger_lock = threading.Lock()
         self.log: list[Finding] = []
         # Every parent found off, alerted now or standing from before: the audit's whole state.
         self.off: list[Off] = []
 
     @property
+    def stats(self) -> Stats:
+        """What this invocation did; inside a concurrent item collection's work, its share."""
+        share: Stats | None = getattr(self._local, "stats", None)
+        return self._stats if share is None else share
+
+    @property
     def ledger(self) -> MemberLedger:
         """The member ledger (attribute-layout sequences), made on first use."""
-        if self._ledger is None:
-            self._ledger = MemberLedger(self.store.client, self.store.table_name)
+        with self._ledger_lock:
+            if self._ledger is None:
+                self._ledger = MemberLedger(self.store.client, self.store.table_name)
         return self._ledger
 
     def verify_batch(self, records: Iterable[Any], deadline: Deadline | None = None) -> list[str]:
@@ -186,10 +211,51 @@ class Reconciler:
         self.stats.skipped += batch.skipped
         self.stats.malformed += len(batch.malformed)
         self.settle_claims(batch, deadline)
+        collections = item_collections(
+            (g for g in batch.groups.values() if g.rule.repair != "off"),
+            self.rules.table.partition_key,
+        )
+        failed: list[str] = []
+        looked = False
+        for collection_failed, collection_looked in self._each_collection(collections, deadline):
+            failed += collection_failed
+            looked = looked or collection_looked
+        if looked and not (deadline is not None and deadline.near()):
+            self.flush_alerts()
+        return sorted(failed, key=int)
+
+    def _each_collection(
+        self, collections: list[list[Group]], deadline: Deadline | None
+    ) -> Iterator[tuple[list[str], bool]]:
+        """Verify each item collection's groups in order, up to ``concurrency`` collections
+        at once: groups of one collection share items (a parent, its sequence, its carry),
+        groups of different collections share nothing but this invocation's totals."""
+        workers = min(self.concurrency, len(collections))
+        if workers <= 1:
+            for groups in collections:
+                yield self._verify_collection(groups, deadline)
+            return
+        with ThreadPoolExecutor(workers, thread_name_prefix="verify") as pool:
+            shares = [pool.submit(self._counted, groups, deadline) for groups in collections]
+            for future in shares:
+                outcome, stats = future.result()
+                self._stats.merge(stats)
+                yield outcome
+
+    def _counted(
+        self, groups: list[Group], deadline: Deadline | None
+    ) -> tuple[tuple[list[str], bool], Stats]:
+        self._local.stats = Stats()
+        try:
+            return self._verify_collection(groups, deadline), self._local.stats
+        finally:
+            self._local.stats = None
+
+    def _verify_collection(
+        self, groups: list[Group], deadline: Deadline | None
+    ) -> tuple[list[str], bool]:
         failed, looked = [], False
-        for group in batch.groups.values():
-            if group.rule.repair == "off":
-                continue
+        for group in groups:
             if deadline is not None and deadline.near():
                 # Better a retried group than a lost partial batch response.
                 failed.append(group.first_sequence_number)
@@ -204,9 +270,7 @@ class Reconciler:
                 failed.append(group.first_sequence_number)
                 where = f"{group.rule.name} {group.parent_key}"
                 self.stats.errors.append(f"{where}: {type(error).__name__}: {error}")
-        if looked and not (deadline is not None and deadline.near()):
-            self.flush_alerts()
-        return sorted(failed, key=int)
+        return failed, looked
 
     def verify_group(self, group: Group) -> bool:
         """Verify one group; True when it went past the stream to the table."""
@@ -303,8 +367,12 @@ class Reconciler:
             carry = replace(previous, remainder=remainder, through=through)
         else:
             carry = Carry(remainder, through, _now_ms(), group.first_seen)
-            # Scheduled before the write: a carry never stands without its recheck.
-            self.schedule_recheck(rule, key, 0, "carried remainder", carry_since=carry.since)
+            # Scheduled before the write: a carry never stands without its recheck. The window
+            # runs from the records' stream time: time spent reaching this batch is not added.
+            delay = window_left(group.first_at, time.time(), self.carry_seconds)
+            self.schedule_recheck(
+                rule, key, 0, "carried remainder", carry_since=carry.since, delay=delay
+            )
         if not self.store.put_carry(rule.name, key, previous, carry):
             return False
         self._note_carry(rule, key, carry)
@@ -1029,6 +1097,39 @@ class Reconciler:
 
 # Rechecks an inline full audit waits out itself instead of sending them to the queue.
 _INLINE_REASONS = frozenset({"orphans: waiting for a cascade", "emptied: waiting for a cascade"})
+
+
+# A carry's recheck never comes sooner: the carry item it looks for is written after it is
+# scheduled, within the same group's work.
+MIN_CARRY_DELAY = 2
+
+
+def window_left(first_at: Any, now: float, window: int) -> int:
+    """Whole seconds of a ``window`` that began at a stream time (``first_at``, epoch seconds
+    rounded down to the second, so taken as the end of that second) still to run at ``now``:
+    between MIN_CARRY_DELAY and ``window``; the whole window when the time is no plausible one."""
+    if window <= MIN_CARRY_DELAY:
+        return window
+    try:
+        if isinstance(first_at, datetime):
+            began = first_at.timestamp() + 1
+        elif isinstance(first_at, int | float | Decimal) and not isinstance(first_at, bool):
+            began = float(first_at) + 1
+        else:
+            return window
+    except (ArithmeticError, ValueError, OverflowError):
+        return window
+    if not (math.isfinite(began) and began <= now):  # no time, or a clock ahead of ours
+        return window
+    return max(MIN_CARRY_DELAY, min(window, math.ceil(window - (now - began))))
+
+
+def item_collections(groups: Iterable[Group], partition_key: str) -> list[list[Group]]:
+    """Groups by their parent's partition key, in the batch's order."""
+    collections: dict[Any, list[Group]] = {}
+    for group in groups:
+        collections.setdefault(group.parent_key[partition_key], []).append(group)
+    return list(collections.values())
 
 
 def _missing(watermark: int, horizon: int, held: Mapping[int, int]) -> Iterator[tuple[int, int]]:
