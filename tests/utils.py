@@ -12,8 +12,8 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
+from tally.dynamodb import Deserializer
 from tally.local.runner import LocalContext
-from tally.numbers import Deserializer
 
 _ser, _de = TypeSerializer(), Deserializer()
 

@@ -8,14 +8,45 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, cast
 
-from boto3.dynamodb.types import TypeSerializer
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from tally.numbers import Deserializer
+from tally.numbers import DIGITS, DYNAMODB, parse
+
+
+class Deserializer(TypeDeserializer):
+    """boto3's deserializer, reading numbers exactly.
+
+    DynamoDB writes a number such as 1E+38 as 39 digits; boto3 parses it in a 38-digit
+    context that traps Rounded, and raises. Here it is read whole, and a number outside
+    the domain (which no DynamoDB item holds) still raises.
+    """
+
+    def deserialize(self, value: Any) -> Any:
+        if value.__class__ is dict and len(value) == 1:
+            # The hot path, numbers and strings, without boto3's dispatch by name.
+            if "N" in value:
+                return self._deserialize_n(value["N"])
+            if "S" in value:
+                return value["S"]
+        return super().deserialize(value)
+
+    def _deserialize_n(self, value: str) -> Decimal:
+        if len(value) > DIGITS:
+            return parse(value)
+        number = DYNAMODB.create_decimal(
+            value
+        )  # DecimalException outside the domain, as boto3's does
+        return number if number.is_finite() else parse(value)
+
+    def _deserialize_ns(self, value: Iterable[str]) -> set[Decimal]:
+        return {parse(v) for v in value}
+
 
 _SERIALIZER = TypeSerializer()
 _DESERIALIZER = Deserializer()  # numbers read exactly, 1E+38 and up included

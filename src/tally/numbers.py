@@ -29,8 +29,6 @@ from decimal import (
 )
 from typing import Any
 
-from boto3.dynamodb.types import Binary, TypeDeserializer
-
 DIGITS = 38
 EMIN, EMAX = -130, 125  # adjusted exponents: 1E-130 .. 9.99...E+125
 ZERO = Decimal(0)
@@ -54,7 +52,6 @@ EXACT = Context(
     traps=[InvalidOperation, DivisionByZero, Overflow, Underflow, Inexact],
 )
 add = EXACT.add
-_create = DYNAMODB.create_decimal
 subtract = EXACT.subtract
 
 
@@ -110,7 +107,7 @@ def representable(value: Any) -> bool:
 def number(value: Any) -> Decimal | str:
     """A deserialized attribute value as a number of the domain, or the name of its type."""
     if isinstance(value, Decimal):
-        # Read by ``Deserializer``: in the domain. Only a Decimal made elsewhere can be NaN.
+        # Read by tally.dynamodb's Deserializer: in the domain. Only one made elsewhere can be NaN.
         return value if value.is_finite() else "N (not finite)"
     return type_name(value)
 
@@ -125,8 +122,8 @@ def type_name(value: Any) -> str:
         return "N"
     if isinstance(value, str):
         return "S"
-    if isinstance(value, bytes | bytearray | Binary):
-        return "B"
+    if isinstance(value, bytes | bytearray) or isinstance(getattr(value, "value", None), bytes):
+        return "B"  # bytes, or boto3's Binary wrapping them
     if isinstance(value, list):
         return "L"
     if isinstance(value, dict):
@@ -154,33 +151,6 @@ def counter_problem(value: Any, *, whole: bool, name: str = "counter") -> str | 
     return None
 
 
-class Deserializer(TypeDeserializer):
-    """boto3's deserializer, reading numbers exactly.
-
-    DynamoDB writes a number such as 1E+38 as 39 digits; boto3 parses it in a 38-digit
-    context that traps Rounded, and raises. Here it is read whole, and a number outside
-    the domain (which no DynamoDB item holds) still raises.
-    """
-
-    def deserialize(self, value: Any) -> Any:
-        if value.__class__ is dict and len(value) == 1:
-            # The hot path, numbers and strings, without boto3's dispatch by name.
-            if "N" in value:
-                return self._deserialize_n(value["N"])
-            if "S" in value:
-                return value["S"]
-        return super().deserialize(value)
-
-    def _deserialize_n(self, value: str) -> Decimal:
-        if len(value) > DIGITS:
-            return parse(value)
-        number = _create(value)  # DecimalException outside the domain, as boto3's does
-        return number if number.is_finite() else parse(value)
-
-    def _deserialize_ns(self, value: Iterable[str]) -> set[Decimal]:
-        return {parse(v) for v in value}
-
-
 def parse(text: str) -> Decimal:
     """An ``N`` value's text as the Decimal DynamoDB holds; ValueError outside its domain."""
     try:
@@ -200,7 +170,6 @@ __all__ = [
     "EXACT",
     "ONE",
     "ZERO",
-    "Deserializer",
     "Unrepresentable",
     "add",
     "counter_problem",

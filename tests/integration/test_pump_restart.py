@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,18 +67,32 @@ def write_posts_with_a_fault_each(stack: Stack) -> None:
         stack.put({"PK": post, "SK": "LIKE#USER#rogue"})
 
 
-def interrupt_after_alert(number: int, times: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGINT this process ``times`` times just after the ``number``th alert: mid-handler."""
+def interrupt_after_alert(
+    number: int, times: int, monkeypatch: pytest.MonkeyPatch, stopping: Pump
+) -> None:
+    """SIGINT this process ``times`` times just after the ``number``th alert: mid-handler.
+
+    The alert may be sent from a worker thread, while the main thread handles signals: as a
+    user's two key presses are, each SIGINT is sent once the one before it was handled (two
+    sent at once would arrive as one).
+    """
     send: Callable[[AlertPublisher, Any], None] = AlertPublisher.send
     published = 0
+    lock = threading.Lock()
 
     def send_then_interrupt(self: AlertPublisher, message: Any) -> None:
         nonlocal published
         send(self, message)
-        published += 1
-        if published == number:
-            for _ in range(times):
-                os.kill(os.getpid(), signal.SIGINT)
+        with lock:
+            published += 1
+            if published != number:
+                return
+        for press in range(times):
+            if press:
+                handled = time.monotonic() + 30
+                while stopping.stop_signal is None and time.monotonic() < handled:
+                    time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(AlertPublisher, "send", send_then_interrupt)
 
@@ -92,7 +108,7 @@ def test_ctrl_c_twice_abandons_the_batch_and_the_restart_finds_every_fault(
     checkpoint = Checkpoint(tmp_path / "checkpoint.json", stack.reader.stream_arn)
     first = Reconciler()
     stopped = pump(stack, checkpoint, first, dynamodb_endpoint)
-    interrupt_after_alert(3, times=2, monkeypatch=monkeypatch)
+    interrupt_after_alert(3, times=2, monkeypatch=monkeypatch, stopping=stopped)
     with stopped_by_signals(stopped):
         stopped.until_idle()
     monkeypatch.undo()
@@ -103,7 +119,9 @@ def test_ctrl_c_twice_abandons_the_batch_and_the_restart_finds_every_fault(
     assert all(int(position) < int(abandoned[0]) for position in saved)
     assert saved == list(stopped.positions().values())
     alerted_first = drift_alerts(stack)
-    assert len(alerted_first) == 3
+    # The third alert's batch was abandoned: its item collections under way (verified at
+    # once) ended their group, no later batch was started.
+    assert 3 <= len(alerted_first) < len(POSTS)
 
     second = Reconciler()
     pump(stack, checkpoint, second, dynamodb_endpoint).until_idle(rechecks=True)
@@ -120,7 +138,7 @@ def test_ctrl_c_once_lets_the_batch_finish_and_checkpoints_it(
     checkpoint = Checkpoint(tmp_path / "checkpoint.json", stack.reader.stream_arn)
     first = Reconciler()
     stopped = pump(stack, checkpoint, first, dynamodb_endpoint)
-    interrupt_after_alert(1, times=1, monkeypatch=monkeypatch)
+    interrupt_after_alert(1, times=1, monkeypatch=monkeypatch, stopping=stopped)
     with stopped_by_signals(stopped):
         stopped.until_idle()
     monkeypatch.undo()

@@ -13,8 +13,9 @@ from moto import mock_aws
 
 from tally.dynamodb import serialize
 from tally.local.template import create_table, load_template, template_path
-from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore, Carry
+from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore
 from tally.reconciler.findings import AlertMessage, Finding, Repair
+from tally.reconciler.protocol.carry import Carry
 
 TABLE = "audit"
 KEY = {"PK": "POST#a91f", "SK": "META"}

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tally.dynamodb import Deserializer
 from tally.local.audit_duckdb import candidates
 from tally.local.exports import read_export
 from tally.numbers import (
     DYNAMODB,
-    Deserializer,
     Unrepresentable,
     counter_problem,
     exact_sum,
@@ -30,9 +30,9 @@ from tally.numbers import (
     representable,
 )
 from tally.reconciler.audit_sql import AuditQuery
-from tally.reconciler.audit_store import Carry
 from tally.reconciler.changes import group_records
 from tally.reconciler.full_audit import _disagrees, _tally
+from tally.reconciler.protocol.carry import Carry
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import TallyTable

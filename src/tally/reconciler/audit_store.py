@@ -11,7 +11,6 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -21,6 +20,7 @@ from botocore.exceptions import ClientError
 from tally.dynamodb import Backoff, Cancelled, deserialize, serialize, transact
 from tally.numbers import DYNAMODB
 from tally.reconciler.findings import AlertMessage, Finding, Repair
+from tally.reconciler.protocol.carry import Carry
 
 DAY = 86_400
 FINDING_TTL = 90 * DAY
@@ -35,20 +35,6 @@ LEASE_SECONDS = 60
 NEVER = 2**62
 # A carry outlives the stream's 24 h retention, so no redelivery can add a record twice.
 CARRY_TTL = 2 * DAY
-
-
-@dataclass(frozen=True)
-class Carry:
-    """A parent's remainder (counter deltas - child deltas) folded from the stream so far.
-
-    ``through``: the last stream sequence number folded in (-1: none yet); ``since``: when
-    the remainder last became non-zero (epoch ms, 0 while it is zero), naming its recheck.
-    """
-
-    remainder: Decimal = Decimal(0)
-    through: int = -1
-    since: int = 0
-    first_seen: str | None = None
 
 
 class AuditStore:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from tally.numbers import Deserializer, add, subtract
+from tally.dynamodb import Deserializer
+from tally.numbers import add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.rules import (
     REPAIR_MARKER,

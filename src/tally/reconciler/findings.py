@@ -17,18 +17,8 @@ from typing import Any, Literal
 from boto3.dynamodb.types import Binary
 
 from tally.numbers import NULL, subtract
+from tally.reconciler.protocol.judgement import Kind
 
-Kind = Literal[
-    "drift",
-    "gap",
-    "duplicate",
-    "counter_behind",
-    "invalid_counter",
-    "ttl_removal",
-    "orphans",
-    "malformed",
-    "unrepresentable",
-]
 RepairStatus = Literal["applied", "skipped", "failed", "dry_run", "disabled"]
 Severity = Literal["info", "warning", "critical"]
 

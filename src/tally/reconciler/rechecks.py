@@ -8,8 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tally.reconciler.protocol.lifecycle import Observed
+
 # An aggregated counter's (stored, actual) at a recount, as text; stored None: no parent.
-Observed = tuple[str | None, str]
 
 # SQS refuses a DelaySeconds outside 0..900 (15 minutes).
 MAX_DELAY_SECONDS = 900

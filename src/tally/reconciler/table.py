@@ -23,6 +23,7 @@ from tally.dynamodb import (
     transact,
 )
 from tally.numbers import NULL, add, number
+from tally.reconciler.protocol.judgement import ParentState, Tally
 from tally.rules import (
     REPAIR_MARKER,
     AttributeMembers,
@@ -46,22 +47,6 @@ _ABSENT = None
 _BATCH_GET = 100  # BatchGetItem's limit of keys per request
 
 
-@dataclass(frozen=True)
-class ParentState:
-    """A parent's (or sequence counter's) counter and revision, as one consistent read saw them."""
-
-    exists: bool
-    counter: Any = _ABSENT
-    revision: Any = _ABSENT
-
-    def same_as(self, other: ParentState) -> bool:
-        return (self.exists, self.counter, self.revision) == (
-            other.exists,
-            other.counter,
-            other.revision,
-        )
-
-
 @dataclass
 class Reads:
     """What verification cost: items read and read capacity consumed."""
@@ -81,16 +66,6 @@ class Reads:
     def recounted(self) -> None:
         with self._lock:
             self.recounts += 1
-
-
-@dataclass(frozen=True)
-class Tally:
-    """The truth counted from the children (an exact sum, which may need more digits than a
-    counter holds), and children whose amount is not a number, with the type it holds."""
-
-    actual: Decimal
-    children: int
-    unreadable: tuple[tuple[Key, str], ...] = field(default=())
 
 
 class TallyTable:

@@ -20,13 +20,12 @@
 
 from __future__ import annotations
 
-import math
 import random
 import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -36,23 +35,32 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from tally.numbers import (
-    ONE,
-    Unrepresentable,
-    add,
     counter_problem,
     exact_sum,
-    fit,
-    representable,
     subtract,
 )
 from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.audit_store import AuditStore, Carry
+from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.changes import Batch, Group, fold_record, group_records
-from tally.reconciler.findings import AlertMessage, Finding, Kind, Off, Repair, shown
+from tally.reconciler.findings import AlertMessage, Finding, Off, Repair, shown
 from tally.reconciler.ledger import MemberLedger
-from tally.reconciler.rechecks import Observed, Recheck, RecheckQueue
+from tally.reconciler.protocol import carry as carrying
+from tally.reconciler.protocol import gaps, lifecycle
+from tally.reconciler.protocol.batching import item_collections, window_left
+from tally.reconciler.protocol.carry import Carry
+from tally.reconciler.protocol.judgement import (
+    ParentState,
+    Tally,
+    drifted,
+    never_repaired,
+    valid_counter,
+    valid_revision,
+)
+from tally.reconciler.protocol.judgement import judge as verdict_on
+from tally.reconciler.protocol.lifecycle import Observed
+from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
-from tally.reconciler.table import ParentState, Tally, TallyTable
+from tally.reconciler.table import TallyTable
 from tally.rules import AttributeMembers, CountRule, Key, RuleSet, SequenceRule, SumRule
 
 TallyRule = CountRule | SumRule
@@ -235,12 +243,19 @@ class Reconciler:
             for groups in collections:
                 yield self._verify_collection(groups, deadline)
             return
-        with ThreadPoolExecutor(workers, thread_name_prefix="verify") as pool:
+        pool = ThreadPoolExecutor(workers, thread_name_prefix="verify")
+        try:
             shares = [pool.submit(self._counted, groups, deadline) for groups in collections]
             for future in shares:
                 outcome, stats = future.result()
                 self._stats.merge(stats)
                 yield outcome
+        except BaseException:
+            # An interrupt (a local pump's second Ctrl-C): no collection starts any more; the
+            # ones under way end their group, and the batch is retried as a whole.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
 
     def _counted(
         self, groups: list[Group], deadline: Deadline | None
@@ -331,7 +346,7 @@ class Reconciler:
             return group.counter_before <= SMALL_PARENT, None
         state = self.table.read_parent(rule, group.parent_key)
         counter = state.counter if state.counter is not None else Decimal(0)
-        if not state.exists or not _valid_counter(rule, counter):
+        if not state.exists or not valid_counter(rule, counter):
             return True, state  # orphans or a broken counter: the recount reports it now
         return counter <= SMALL_PARENT, state
 
@@ -347,26 +362,14 @@ class Reconciler:
         key = group.parent_key
         previous = self.store.carry(rule.name, key)
         through = max(int(number) for number in group.sequence_numbers)
-        if through <= previous.through:
-            self.stats.carried += 1  # folded before; a remainder has its recheck scheduled
+        folded = carrying.fold(previous, through, group.deltas, _now_ms(), group.first_seen)
+        if folded.outcome == "folded before":
+            self.stats.carried += 1  # a remainder has its recheck scheduled
             return True
-        # The remainder continues only while it never returns to zero: once the records
-        # cancelled it, whatever follows is a new remainder with a window of its own.
-        remainder, continues = previous.remainder, bool(previous.remainder)
-        for number, delta in group.deltas:
-            if int(number) > previous.through:
-                remainder = add(remainder, delta)
-                continues = continues and bool(remainder)
-        try:
-            remainder = fit(remainder)
-        except Unrepresentable:
+        if folded.carry is None:
             return False  # more digits than the audit table holds: recount instead
-        if not remainder:
-            carry = Carry(Decimal(0), through)
-        elif continues:
-            carry = replace(previous, remainder=remainder, through=through)
-        else:
-            carry = Carry(remainder, through, _now_ms(), group.first_seen)
+        carry = folded.carry
+        if folded.outcome == "opened":
             # Scheduled before the write: a carry never stands without its recheck. The window
             # runs from the records' stream time: time spent reaching this batch is not added.
             delay = window_left(group.first_at, time.time(), self.carry_seconds)
@@ -376,7 +379,7 @@ class Reconciler:
         if not self.store.put_carry(rule.name, key, previous, carry):
             return False
         self._note_carry(rule, key, carry)
-        if remainder:
+        if carry.remainder:
             self.stats.carried += 1
         else:
             self.stats.balanced += 1
@@ -395,18 +398,13 @@ class Reconciler:
             now = self.store.carry(rule.name, key)
             if now.since != since:
                 return True  # cancelled meanwhile: nothing is left to take off
-            try:
-                remainder = fit(subtract(now.remainder, seen.remainder))
-            except Unrepresentable:
+            carry = carrying.take_off(seen, now, _now_ms())
+            if carry is None:
                 # Too many digits to carry: a recount now covers every record folded so far.
                 self.verify_parent(rule, key, None, first_seen=seen.first_seen)
-                remainder = Decimal(0)
-            if not remainder:
                 carry = Carry(Decimal(0), now.through)
-            else:
-                carry = Carry(remainder, now.through, _now_ms(), now.first_seen)
             if self.store.put_carry(rule.name, key, now, carry):
-                if remainder:  # records folded since the read: their own window
+                if carry.remainder:  # records folded since the read: their own window
                     self.schedule_recheck(
                         rule, key, 0, "carried remainder", carry_since=carry.since
                     )
@@ -459,7 +457,13 @@ class Reconciler:
         if finding.kind == "orphans":
             self.judge_orphans(rule, key, finding, observed)
             return
-        if _emptied(rule, group, finding):
+        if group is not None and lifecycle.emptied(
+            rule.orphan_grace_seconds,
+            finding.kind,
+            finding.actual,
+            group.counter_delta,
+            (e.event for e in group.evidence),
+        ):
             # Every child went away and nothing else moved: a deletion that takes the
             # children first and the parent next (a BatchWriteItem is no transaction).
             self.look_again(rule, key, finding, "emptied: waiting for a cascade")
@@ -488,7 +492,7 @@ class Reconciler:
         """Children (or members) without their parent: a cascade deleting them is normal, so
         they are a finding only once the same ones were seen a grace period apart. Alert-only:
         no parent (or counter item) is ever created for them."""
-        if rule.orphan_grace_seconds and not _same(observed, _observation(finding)):
+        if rule.orphan_grace_seconds and not lifecycle.same(observed, _observation(finding)):
             self.look_again(rule, key, finding, "orphans: waiting for a cascade", counter_seen)
             return
         why = "the reconciler never creates a parent or counter item, nor deletes children"
@@ -528,7 +532,7 @@ class Reconciler:
                 agreed = None
                 continue
             snapshot = Snapshot(after, tally)
-            if rule.revision is not None or not _drifted(rule, snapshot):
+            if rule.revision is not None or not drifted(rule, after, tally):
                 return snapshot
             if agreed is not None and agreed == snapshot:
                 return Snapshot(after, tally, confirmations=2)
@@ -543,48 +547,29 @@ class Reconciler:
         group: Group | None,
         first_seen: str | None = None,
     ) -> Finding | None:
-        parent, tally = snapshot.parent, snapshot.tally
-        details = []
-        if snapshot.confirmations == 2:
-            details.append("no revision attribute: confirmed by two agreeing settled reads")
-        if tally.unreadable:
-            details.append(f"{len(tally.unreadable)} children hold a non-number and count 0")
-        attribute = rule.counter
-        if not parent.exists:
-            if tally.children == 0:
-                return None
-            kind: Kind = "orphans"
-            stored: Any = None
-            actual: Any = Decimal(tally.children)
-        else:
-            stored, actual = parent.counter, tally.actual
-            if not _valid_counter(rule, stored):
-                kind = "invalid_counter"
-                problem = counter_problem(stored, whole=isinstance(rule, CountRule))
-                details += [problem] if problem else []
-                stored = shown(stored)
-            elif (stored if stored is not None else Decimal(0)) == actual:
-                return None
-            elif rule.revision and not _valid_revision(parent.revision):
-                # A repair bumps the revision: on a non-number it could never commit.
-                kind, attribute, stored = "invalid_counter", rule.revision, shown(parent.revision)
-                details.append(f"the revision attribute {rule.revision!r} is not a number")
-            elif not representable(actual):
-                kind, actual = "unrepresentable", str(actual)  # its exact digits, as text
-                details.append("the children's sum needs more than 38 digits: no counter holds it")
-            else:
-                kind = "ttl_removal" if group is not None and group.ttl_removed else "drift"
+        verdict = verdict_on(
+            rule,
+            snapshot.parent,
+            snapshot.tally,
+            confirmations=snapshot.confirmations,
+            ttl_removed=group is not None and group.ttl_removed,
+        )
+        if verdict is None:
+            return None
+        stored = verdict.stored
+        if verdict.kind == "invalid_counter":
+            stored = shown(stored)  # by type and size, never the value
         return Finding(
-            kind=kind,
+            kind=verdict.kind,
             rule=rule.name,
             table=self.table.name,
             key=key,
-            attribute=attribute,
+            attribute=verdict.attribute,
             stored=stored,
-            actual=_truth(actual),
+            actual=verdict.actual,
             evidence=tuple(group.evidence) if group else (),
-            detail="; ".join(details),
-            revision=parent.revision,
+            detail="; ".join(verdict.details),
+            revision=snapshot.parent.revision,
             first_seen=group.first_seen if group else first_seen,
         )
 
@@ -631,9 +616,9 @@ class Reconciler:
             self.store.clear_standing(rule.name, key)  # a drift that returns is news
             return
         seen = _observation(finding)
-        if finding.kind != "invalid_counter" and not _same(observed, seen):
+        if finding.kind != "invalid_counter" and not lifecycle.same(observed, seen):
             self.off.append(Off(finding, "unconfirmed"))
-            if observed is None or _offset(observed) == _offset(seen):
+            if observed is None or lifecycle.offset(observed) == lifecycle.offset(seen):
                 # First sight, or the offset held while the parent moved: look a lag later.
                 self.schedule_recheck(rule, key, 0, "aggregated counter off after its lag", seen)
             # Otherwise the offset moved, and the records that moved it bring their rechecks.
@@ -647,7 +632,7 @@ class Reconciler:
 
     def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
         """Repair and report the finding; False when the fence failed (nothing written)."""
-        never = _never_repaired(rule, finding)
+        never = never_repaired(rule, finding.kind, finding.attribute, finding.revision)
         if never:
             self.report(finding.with_repair(Repair("skipped", never)))
             return True
@@ -817,16 +802,14 @@ class Reconciler:
         if rule.has_counter:
             found += self.report_counter(rule, key, counter, max(held, default=watermark), recheck)
         found += self.report_duplicates(rule, key, held)
-        for low, high in _missing(watermark, recheck.counter_seen, held):
+        for low, high in gaps.missing_runs(watermark, recheck.counter_seen, held):
             reported = self.report_gap(rule, key, low, high, counter.counter, recheck, held, anchor)
             if reported is None:
                 break  # the sequence went away meanwhile: nothing more is judged under it
             found += reported
         if not found:
             self.stats.consistent += 1
-        contiguous = watermark
-        while held[contiguous + 1]:
-            contiguous += 1
+        contiguous = gaps.contiguous(watermark, held)
         if contiguous > watermark:
             self.store.advance_watermark(rule.name, key, contiguous)
         self.flush_alerts()
@@ -894,9 +877,10 @@ class Reconciler:
         self, rule: SequenceRule, key: Key, counter: ParentState, highest: int, recheck: Recheck
     ) -> int:
         stored = counter.counter
-        valid = _valid_counter(rule, stored)
-        if valid and int(stored or 0) >= highest:
+        standing = gaps.counter_standing(rule, stored, highest)
+        if standing == "ok":
             return 0
+        valid = standing == "behind"
         finding = Finding(
             kind="counter_behind" if valid else "invalid_counter",
             rule=rule.name,
@@ -914,7 +898,7 @@ class Reconciler:
             why = "the counter holds no number: a repair writes only over a number it judged"
             self.report(finding.with_repair(Repair("skipped", why)))
             return 1
-        if rule.revision and not _valid_revision(counter.revision):
+        if rule.revision and not valid_revision(counter.revision):
             revision = replace(
                 finding,
                 kind="invalid_counter",
@@ -922,7 +906,8 @@ class Reconciler:
                 stored=shown(counter.revision),
                 revision=None,
             )
-            self.report(revision.with_repair(Repair("skipped", _never_repaired(rule, revision))))
+            why = never_repaired(rule, revision.kind, revision.attribute, revision.revision)
+            self.report(revision.with_repair(Repair("skipped", why)))
             return 1
         verdict = self.policy.verdict(rule, finding.stored, finding.actual)
         if verdict is not None:
@@ -940,7 +925,7 @@ class Reconciler:
         return 0
 
     def report_duplicates(self, rule: SequenceRule, key: Key, held: Counter[int]) -> int:
-        duplicated = sorted((n, count) for n, count in held.items() if count > 1)
+        duplicated = gaps.duplicates(held)
         for number, count in duplicated:
             self.report(
                 Finding(
@@ -1099,128 +1084,13 @@ class Reconciler:
 _INLINE_REASONS = frozenset({"orphans: waiting for a cascade", "emptied: waiting for a cascade"})
 
 
-# A carry's recheck never comes sooner: the carry item it looks for is written after it is
-# scheduled, within the same group's work.
-MIN_CARRY_DELAY = 2
-
-
-def window_left(first_at: Any, now: float, window: int) -> int:
-    """Whole seconds of a ``window`` that began at a stream time (``first_at``, epoch seconds
-    rounded down to the second, so taken as the end of that second) still to run at ``now``:
-    between MIN_CARRY_DELAY and ``window``; the whole window when the time is no plausible one."""
-    if window <= MIN_CARRY_DELAY:
-        return window
-    try:
-        if isinstance(first_at, datetime):
-            began = first_at.timestamp() + 1
-        elif isinstance(first_at, int | float | Decimal) and not isinstance(first_at, bool):
-            began = float(first_at) + 1
-        else:
-            return window
-    except (ArithmeticError, ValueError, OverflowError):
-        return window
-    if not (math.isfinite(began) and began <= now):  # no time, or a clock ahead of ours
-        return window
-    return max(MIN_CARRY_DELAY, min(window, math.ceil(window - (now - began))))
-
-
-def item_collections(groups: Iterable[Group], partition_key: str) -> list[list[Group]]:
-    """Groups by their parent's partition key, in the batch's order."""
-    collections: dict[Any, list[Group]] = {}
-    for group in groups:
-        collections.setdefault(group.parent_key[partition_key], []).append(group)
-    return list(collections.values())
-
-
-def _missing(watermark: int, horizon: int, held: Mapping[int, int]) -> Iterator[tuple[int, int]]:
-    """Runs of numbers in (watermark, horizon] that no member holds, without listing them."""
-    expected = watermark + 1
-    for number in sorted(n for n in held if watermark < n <= horizon):
-        if number > expected:
-            yield expected, number - 1
-        expected = number + 1
-    if expected <= horizon:
-        yield expected, horizon
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
-    if value is None:
-        return True  # absent reads as 0
-    if not isinstance(value, Decimal) or not value.is_finite():
-        return False
-    if isinstance(rule, SumRule):
-        return True
-    return value >= 0 and value == value.to_integral_value()
-
-
-def _truth(actual: Any) -> Any:
-    """The truth as a finding shows it: a number as DynamoDB holds it, or (more digits than
-    a counter holds) its exact digits as text."""
-    if not isinstance(actual, Decimal):
-        return actual
-    return fit(actual) if representable(actual) else str(actual)
 
 
 def _key_text(key: Key) -> str:
     return "/".join(str(v) for v in key.values())
 
 
-def _valid_revision(value: Any) -> bool:
-    """Absent, or a number a repair's ADD 1 keeps within DynamoDB's domain."""
-    return value is None or (representable(value) and representable(add(value, ONE)))
-
-
-def _never_repaired(rule: TallyRule | SequenceRule, finding: Finding) -> str:
-    """Why a finding is never repaired automatically ("" when it may be)."""
-    if finding.kind == "invalid_counter":
-        return "the counter holds no number: a repair writes only over a number it judged"
-    if finding.kind == "unrepresentable":
-        return "no counter can hold the children's sum: a human decides"
-    if finding.attribute != rule.counter or (
-        rule.revision and not _valid_revision(finding.revision)
-    ):
-        return f"the revision attribute {rule.revision!r} is not a number: a human decides"
-    return ""
-
-
-def _emptied(rule: TallyRule, group: Group | None, finding: Finding) -> bool:
-    """A stream batch that only removed children, and left the parent with none: judged on
-    a second look a grace later, as orphans are (the rechecks pass no group)."""
-    return (
-        group is not None
-        and bool(rule.orphan_grace_seconds)
-        and finding.kind == "drift"  # a TTL expiry is no application's deletion
-        and not finding.actual
-        and not group.counter_delta
-        and bool(group.evidence)
-        and all(e.event == "REMOVE" for e in group.evidence)
-    )
-
-
 def _observation(finding: Finding) -> Observed:
-    return (None if finding.stored is None else str(finding.stored)), str(finding.actual)
-
-
-def _offset(observed: Observed) -> Decimal:
-    stored, actual = observed
-    return subtract(Decimal(stored or 0), Decimal(actual))
-
-
-def _same(earlier: Observed | None, now: Observed) -> bool:
-    """The same parent state (as numbers) at two recounts."""
-    if earlier is None or (earlier[0] is None) != (now[0] is None):
-        return False
-    return _offset(earlier) == _offset(now) and Decimal(earlier[1]) == Decimal(now[1])
-
-
-def _drifted(rule: TallyRule, snapshot: Snapshot) -> bool:
-    counter = snapshot.parent.counter
-    if not snapshot.parent.exists:
-        return snapshot.tally.children > 0
-    if not _valid_counter(rule, counter):
-        return True
-    return (counter if counter is not None else Decimal(0)) != snapshot.tally.actual
+    return lifecycle.observation(finding.stored, finding.actual)

@@ -1,28 +1,24 @@
-"""Two pure decisions of how a batch's work is laid out: which groups share an item
+"""The protocol's batching: how a batch's work is laid out: which groups share an item
 collection (and so run in order, in one worker), and how much of the carry's window is
 left when its recheck is scheduled."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.changes import Group
-from tally.reconciler.verification import (
-    MIN_CARRY_DELAY,
-    Stats,
-    item_collections,
-    window_left,
-)
-from tally.rules import load_rules
-from tests.integration.conftest import RULES_FILE
+from tally.reconciler.protocol.batching import MIN_CARRY_DELAY, item_collections, window_left
 
-RULES = load_rules(RULES_FILE)
-LIKES = next(rule for rule in RULES.rules if rule.name == "likes")
+
+@dataclass(frozen=True)
+class Group:
+    parent_key: dict[str, str]
+
 
 keys = st.tuples(st.sampled_from(["POST#a", "POST#b", "POST#c", "ORDER#1"]), st.text(max_size=3))
 
@@ -32,7 +28,7 @@ keys = st.tuples(st.sampled_from(["POST#a", "POST#b", "POST#c", "ORDER#1"]), st.
 def test_every_group_lands_in_the_collection_of_its_partition_key_in_batch_order(
     parents: list[tuple[str, str]],
 ) -> None:
-    groups = [Group(LIKES, {"PK": pk, "SK": sk}) for pk, sk in parents]
+    groups = [Group({"PK": pk, "SK": sk}) for pk, sk in parents]
     collections = item_collections(groups, "PK")
     assert sorted(map(id, (g for c in collections for g in c))) == sorted(map(id, groups))
     for collection in collections:
@@ -90,22 +86,3 @@ def test_a_record_read_at_once_waits_the_whole_window_and_a_late_one_less() -> N
     assert window_left(written, written + 60, 5) == MIN_CARRY_DELAY
     assert window_left(Decimal(written), written + 3.5, 5) == 3
     assert window_left(datetime.fromtimestamp(written, UTC), written + 3.5, 5) == 3
-
-
-@settings(max_examples=1000, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 50), st.sampled_from(["drift", "orphans"])), max_size=8))
-def test_stats_merged_from_shares_equal_one_stats_counted_alone(
-    shares: list[tuple[int, str]],
-) -> None:
-    alone, merged = Stats(), Stats()
-    for records, kind in shares:
-        share = Stats(records=records, groups=1, errors=[kind])
-        share.findings[kind] += 1
-        share.drift_lifetimes.append(float(records))
-        merged.merge(share)
-        alone.records += records
-        alone.groups += 1
-        alone.errors.append(kind)
-        alone.findings[kind] += 1
-        alone.drift_lifetimes.append(float(records))
-    assert merged == alone

@@ -1,0 +1,147 @@
+"""Step 2's judgement: a parent's counter, as one settled read saw it, against the truth
+counted from its children."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Literal
+
+from tally.numbers import ONE, add, counter_problem, fit, representable
+from tally.rules import CountRule, Key, SequenceRule, SumRule
+
+TallyRule = CountRule | SumRule
+Kind = Literal[
+    "drift",
+    "gap",
+    "duplicate",
+    "counter_behind",
+    "invalid_counter",
+    "ttl_removal",
+    "orphans",
+    "malformed",
+    "unrepresentable",
+]
+_ABSENT = None
+
+
+@dataclass(frozen=True)
+class ParentState:
+    """A parent's (or sequence counter's) counter and revision, as one consistent read saw them."""
+
+    exists: bool
+    counter: Any = _ABSENT
+    revision: Any = _ABSENT
+
+    def same_as(self, other: ParentState) -> bool:
+        return (self.exists, self.counter, self.revision) == (
+            other.exists,
+            other.counter,
+            other.revision,
+        )
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The truth counted from the children (an exact sum, which may need more digits than a
+    counter holds), and children whose amount is not a number, with the type it holds."""
+
+    actual: Decimal
+    children: int
+    unreadable: tuple[tuple[Key, str], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What is off about a parent. ``stored``: the value as read (an ``invalid_counter``'s
+    is shown by type, never by value, where it is reported)."""
+
+    kind: Kind
+    attribute: str
+    stored: Any
+    actual: Any
+    details: tuple[str, ...] = ()
+
+
+def judge(
+    rule: TallyRule,
+    parent: ParentState,
+    tally: Tally,
+    *,
+    confirmations: int = 1,
+    ttl_removed: bool = False,
+) -> Verdict | None:
+    """The verdict on one settled snapshot; None when the counter equals the truth (or
+    neither parent nor children exist)."""
+    details = []
+    if confirmations == 2:
+        details.append("no revision attribute: confirmed by two agreeing settled reads")
+    if tally.unreadable:
+        details.append(f"{len(tally.unreadable)} children hold a non-number and count 0")
+    attribute = rule.counter
+    if not parent.exists:
+        if tally.children == 0:
+            return None
+        return Verdict("orphans", attribute, None, truth(Decimal(tally.children)), tuple(details))
+    stored: Any = parent.counter
+    actual: Any = tally.actual
+    kind: Kind
+    if not valid_counter(rule, stored):
+        kind = "invalid_counter"
+        problem = counter_problem(stored, whole=isinstance(rule, CountRule))
+        details += [problem] if problem else []
+    elif (stored if stored is not None else Decimal(0)) == actual:
+        return None
+    elif rule.revision and not valid_revision(parent.revision):
+        # A repair bumps the revision: on a non-number it could never commit.
+        kind, attribute, stored = "invalid_counter", rule.revision, parent.revision
+        details.append(f"the revision attribute {rule.revision!r} is not a number")
+    elif not representable(actual):
+        kind, actual = "unrepresentable", str(actual)  # its exact digits, as text
+        details.append("the children's sum needs more than 38 digits: no counter holds it")
+    else:
+        kind = "ttl_removal" if ttl_removed else "drift"
+    return Verdict(kind, attribute, stored, truth(actual), tuple(details))
+
+
+def drifted(rule: TallyRule, parent: ParentState, tally: Tally) -> bool:
+    """Whether a snapshot shows any finding at all (what two agreeing reads must confirm)."""
+    return judge(rule, parent, tally) is not None
+
+
+def valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
+    """A value a repair may write over: absent (reads as 0), or a finite number, whole and
+    not negative unless the rule sums amounts."""
+    if value is None:
+        return True
+    if not isinstance(value, Decimal) or not value.is_finite():
+        return False
+    if isinstance(rule, SumRule):
+        return True
+    return value >= 0 and value == value.to_integral_value()
+
+
+def valid_revision(value: Any) -> bool:
+    """Absent, or a number a repair's ADD 1 keeps within DynamoDB's domain."""
+    return value is None or (representable(value) and representable(add(value, ONE)))
+
+
+def never_repaired(
+    rule: TallyRule | SequenceRule, kind: Kind, attribute: str, revision: Any
+) -> str:
+    """Why a finding is never repaired automatically ("" when it may be)."""
+    if kind == "invalid_counter":
+        return "the counter holds no number: a repair writes only over a number it judged"
+    if kind == "unrepresentable":
+        return "no counter can hold the children's sum: a human decides"
+    if attribute != rule.counter or (rule.revision and not valid_revision(revision)):
+        return f"the revision attribute {rule.revision!r} is not a number: a human decides"
+    return ""
+
+
+def truth(actual: Any) -> Any:
+    """The truth as a finding shows it: a number as DynamoDB holds it, or (more digits than
+    a counter holds) its exact digits as text."""
+    if not isinstance(actual, Decimal):
+        return actual
+    return fit(actual) if representable(actual) else str(actual)

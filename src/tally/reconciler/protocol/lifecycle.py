@@ -1,0 +1,51 @@
+"""Parents that are gone (docs/verification.md, "Parents that are gone"): what a cascade
+deleting a parent and its children may still change is judged on a second look, a grace
+later, against what the first look saw."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
+
+from tally.numbers import subtract
+
+# What a look saw: the counter (None: no parent) and the children's truth, as text.
+Observed = tuple[str | None, str]
+
+
+def observation(stored: Any, actual: Any) -> Observed:
+    return (None if stored is None else str(stored)), str(actual)
+
+
+def same(earlier: Observed | None, now: Observed) -> bool:
+    """The same parent state (as numbers) at two looks."""
+    if earlier is None or (earlier[0] is None) != (now[0] is None):
+        return False
+    return offset(earlier) == offset(now) and Decimal(earlier[1]) == Decimal(now[1])
+
+
+def offset(observed: Observed) -> Decimal:
+    stored, actual = observed
+    return subtract(Decimal(stored or 0), Decimal(actual))
+
+
+def emptied(
+    grace_seconds: int | None,
+    kind: str,
+    actual: Any,
+    counter_delta: Decimal,
+    events: Iterable[str],
+) -> bool:
+    """A stream batch that only removed children (``events``) and left the parent with
+    none: a deletion that takes the children first and the parent next (a BatchWriteItem
+    is no transaction), judged on a second look a grace later, as orphans are."""
+    seen = list(events)
+    return (
+        bool(grace_seconds)
+        and kind == "drift"  # a TTL expiry is no application's deletion
+        and not actual
+        and not counter_delta
+        and bool(seen)
+        and all(event == "REMOVE" for event in seen)
+    )
