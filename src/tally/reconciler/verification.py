@@ -468,6 +468,12 @@ class Reconciler:
             # children first and the parent next (a BatchWriteItem is no transaction).
             self.look_again(rule, key, finding, "emptied: waiting for a cascade")
             return
+        if group is not None and lifecycle.born(
+            rule.orphan_grace_seconds, finding.kind, group.parent_inserted
+        ):
+            # Created by this batch: its children may still be being written.
+            self.look_again(rule, key, finding, "born: waiting for its children")
+            return
         if self.repair(rule, key, snapshot, finding):
             return
         # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
@@ -1081,7 +1087,13 @@ class Reconciler:
 
 
 # Rechecks an inline full audit waits out itself instead of sending them to the queue.
-_INLINE_REASONS = frozenset({"orphans: waiting for a cascade", "emptied: waiting for a cascade"})
+_INLINE_REASONS = frozenset(
+    {
+        "orphans: waiting for a cascade",
+        "emptied: waiting for a cascade",
+        "born: waiting for its children",
+    }
+)
 
 
 def _now_ms() -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.protocol.lifecycle import emptied, observation, same
+from tally.reconciler.protocol.lifecycle import born, emptied, observation, same
 
 counters = st.one_of(st.none(), st.integers(-5, 50).map(Decimal))
 actuals = st.integers(0, 50).map(Decimal)
@@ -57,3 +57,15 @@ def test_only_a_batch_of_removals_that_left_no_child_waits_for_a_cascade(
         and bool(seen)
         and set(seen) == {"REMOVE"}
     )
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.one_of(st.none(), st.integers(0, 60)),
+    st.sampled_from(["drift", "ttl_removal", "orphans", "invalid_counter", "unrepresentable"]),
+    st.booleans(),
+)
+def test_only_drift_on_a_parent_the_batch_created_waits_for_its_children(
+    grace: int | None, kind: str, inserted: bool
+) -> None:
+    assert born(grace, kind, inserted) == (bool(grace) and inserted and kind == "drift")

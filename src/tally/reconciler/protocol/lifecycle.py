@@ -49,3 +49,10 @@ def emptied(
         and bool(seen)
         and all(event == "REMOVE" for event in seen)
     )
+
+
+def born(grace_seconds: int | None, kind: str, parent_inserted: bool) -> bool:
+    """A parent the stream batch created, found off its children: a creation that writes the
+    parent first and its children next (a BatchWriteItem is no transaction) may still be
+    under way, so it is judged on a second look a grace later, as orphans are."""
+    return bool(grace_seconds) and parent_inserted and kind == "drift"
