@@ -6,11 +6,12 @@ one collection at a time, and the repair budget holds exactly.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
-from tally.reconciler import runtime
+from tally.reconciler import runtime, verification
 from tally.rules import load_rules
 from tally.settings import settings
 from tally.writers import TallyWriter
@@ -112,3 +113,35 @@ def test_the_repair_budget_holds_exactly_when_parents_are_repaired_at_once(
     repaired = [pk for pk in POSTS if stack.item(pk, "META")["likeTally"] == 2]
     assert len(repaired) == 3
     assert len(stack.alerts()) == len(POSTS)
+
+
+def test_a_batch_whose_collections_prove_themselves_starts_no_worker(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Balanced groups read nothing: they are verified where they stand, and only the
+    collections that need the table go to workers."""
+    writer = TallyWriter(stack.dynamodb, stack.table, RULES)
+    calm = [f"POST#calm{n:02d}" for n in range(6)]
+    for pk in calm:
+        stack.put({"PK": pk, "SK": "META", "likeTally": 0, "tallyRevision": 0})
+    stack.settle()
+    for pk in calm:
+        writer.add_child({"PK": pk, "SK": "LIKE#USER#1"})
+    configure(monkeypatch, VERIFY_CONCURRENCY="8")
+    pools: list[int] = []
+
+    def counted_pool(workers: int, **options: Any) -> ThreadPoolExecutor:
+        pools.append(workers)
+        return ThreadPoolExecutor(workers, **options)
+
+    monkeypatch.setattr(verification, "ThreadPoolExecutor", counted_pool)
+    checker = runtime.reconciler()
+    assert checker.verify_batch(stack.records()) == []
+    assert pools == []
+    assert checker.stats.balanced == len(calm) and checker.table.reads.items == 0
+
+    posts_then_rogue_bumps(stack)  # twelve drifting posts beside six balanced ones
+    checker = runtime.reconciler()
+    assert checker.verify_batch(stack.records()) == []
+    assert pools == [8]
+    assert checker.stats.findings == {"drift": len(POSTS)}

@@ -238,14 +238,22 @@ class Reconciler:
         """Verify each item collection's groups in order, up to ``concurrency`` collections
         at once: groups of one collection share items (a parent, its sequence, its carry),
         groups of different collections share nothing but this invocation's totals."""
-        workers = min(self.concurrency, len(collections))
-        if workers <= 1:
-            for groups in collections:
-                yield self._verify_collection(groups, deadline)
+        # Collections that prove themselves read nothing: a worker would cost more than they.
+        here: list[list[Group]] = []
+        waiting: list[list[Group]] = []
+        for groups in collections:
+            needs_table = self.concurrency > 1 and not self._needs_no_table(groups)
+            (waiting if needs_table else here).append(groups)
+        if len(waiting) <= 1:
+            here += waiting
+        for groups in here:
+            yield self._verify_collection(groups, deadline)
+        if len(waiting) <= 1:
             return
+        workers = min(self.concurrency, len(waiting))
         pool = ThreadPoolExecutor(workers, thread_name_prefix="verify")
         try:
-            shares = [pool.submit(self._counted, groups, deadline) for groups in collections]
+            shares = [pool.submit(self._counted, groups, deadline) for groups in waiting]
             for future in shares:
                 outcome, stats = future.result()
                 self._stats.merge(stats)
@@ -287,6 +295,21 @@ class Reconciler:
                 self.stats.errors.append(f"{where}: {type(error).__name__}: {error}")
         return failed, looked
 
+    def proves_itself(self, group: Group) -> bool:
+        """Step 1: a balanced batch proves that nothing new drifted: zero reads. One that may
+        hold the other half of an open remainder (its first records) is folded into it."""
+        return group.balanced and not (
+            self.open_carries and group.carriable and self._open(group.rule, group.parent_key)
+        )
+
+    def _needs_no_table(self, groups: list[Group]) -> bool:
+        """A collection whose every group proves itself, with no TTL expiry to apply and no
+        ledger change to record: verified where it stands, no worker needed."""
+        return all(
+            not group.expiries and not group.ledger and self.proves_itself(group)
+            for group in groups
+        )
+
     def verify_group(self, group: Group) -> bool:
         """Verify one group; True when it went past the stream to the table."""
         rule = group.rule
@@ -295,11 +318,7 @@ class Reconciler:
         elif group.ledger:
             # Before any judgement: a later recheck reads the members from the ledger.
             self.ledger.record(rule, group.parent_key, group.ledger)
-        # Step 1: a balanced batch proves that nothing new drifted: zero reads. One that may
-        # hold the other half of an open remainder (its first records) is folded into it.
-        if group.balanced and not (
-            self.open_carries and group.carriable and self._open(rule, group.parent_key)
-        ):
+        if self.proves_itself(group):
             self.stats.balanced += 1
             self.stats.checked += 1
             self.stats.consistent += 1
