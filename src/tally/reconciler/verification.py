@@ -487,11 +487,15 @@ class Reconciler:
             # children first and the parent next (a BatchWriteItem is no transaction).
             self.look_again(rule, key, finding, "emptied: waiting for a cascade")
             return
-        if group is not None and lifecycle.born(
-            rule.orphan_grace_seconds, finding.kind, group.parent_inserted
+        if (
+            group is not None
+            and self.carry_seconds
+            and lifecycle.born(finding.kind, finding.stored, finding.actual, group.parent_inserted)
         ):
-            # Created by this batch: its children may still be being written.
-            self.look_again(rule, key, finding, "born: waiting for its children")
+            # Created by this batch, counting more than it holds: its children may still be
+            # being written. They are given the carry's window, as a transaction's half is.
+            reason = "born: waiting for its children"
+            self.look_again(rule, key, finding, reason, delay=self.carry_seconds)
             return
         if self.repair(rule, key, snapshot, finding):
             return
@@ -530,11 +534,13 @@ class Reconciler:
         finding: Finding,
         reason: str,
         counter_seen: int = 0,
+        delay: int | None = None,
     ) -> None:
         """What a cascade may still change is judged on a second look, ``orphan_grace_seconds``
-        later, carrying what this look saw."""
+        (or ``delay``) later, carrying what this look saw."""
         self.off.append(Off(finding, "unconfirmed"))
-        seen, delay = _observation(finding), rule.orphan_grace_seconds
+        seen = _observation(finding)
+        delay = rule.orphan_grace_seconds if delay is None else delay
         self.schedule_recheck(rule, key, counter_seen, reason, seen, delay=delay)
 
     def settled_recount(

@@ -61,11 +61,14 @@ def test_only_a_batch_of_removals_that_left_no_child_waits_for_a_cascade(
 
 @settings(max_examples=1000, deadline=None)
 @given(
-    st.one_of(st.none(), st.integers(0, 60)),
     st.sampled_from(["drift", "ttl_removal", "orphans", "invalid_counter", "unrepresentable"]),
+    counters,
+    st.one_of(actuals, st.text(max_size=3)),
     st.booleans(),
 )
-def test_only_drift_on_a_parent_the_batch_created_waits_for_its_children(
-    grace: int | None, kind: str, inserted: bool
+def test_only_a_parent_the_batch_created_counting_more_than_it_holds_waits(
+    kind: str, stored: Any, actual: Any, inserted: bool
 ) -> None:
-    assert born(grace, kind, inserted) == (bool(grace) and inserted and kind == "drift")
+    waits = born(kind, stored, actual, inserted)
+    numbers = isinstance(actual, Decimal)
+    assert waits == (inserted and kind == "drift" and numbers and (stored or Decimal(0)) > actual)

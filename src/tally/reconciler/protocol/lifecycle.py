@@ -51,8 +51,13 @@ def emptied(
     )
 
 
-def born(grace_seconds: int | None, kind: str, parent_inserted: bool) -> bool:
-    """A parent the stream batch created, found off its children: a creation that writes the
-    parent first and its children next (a BatchWriteItem is no transaction) may still be
-    under way, so it is judged on a second look a grace later, as orphans are."""
-    return bool(grace_seconds) and parent_inserted and kind == "drift"
+def born(kind: str, stored: Any, actual: Any, parent_inserted: bool) -> bool:
+    """A parent the stream batch created, counting more than its children hold: a creation
+    that writes the parent first and its children next (a BatchWriteItem is no transaction)
+    may still be under way, so it is judged on a second look a short while later. A parent
+    counting less than it holds, or one that stood before the batch, is judged at once."""
+    if not parent_inserted or kind != "drift":
+        return False
+    if not isinstance(actual, Decimal) or not isinstance(stored, Decimal | None):
+        return False
+    return (stored if stored is not None else Decimal(0)) > actual
