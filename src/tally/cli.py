@@ -642,8 +642,9 @@ def _replay(options: argparse.Namespace) -> int:
 
 
 def _invoke(options: argparse.Namespace) -> int:
-    from tally.local import inbox, runner
+    from tally.local import inbox, invocation, runner
     from tally.local.functions import functions
+    from tally.local.pump import RecheckSchedule
     from tally.local.template import load_template, template_path
 
     template = load_template(template_path())
@@ -659,25 +660,26 @@ def _invoke(options: argparse.Namespace) -> int:
     stack = targets.running(state_dir)
     sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
     before = len(inbox.collect(sqs, url, state_dir))
+    log = state_dir / runner.FUNCTION_LOG
     console.note(
         f"invoke: {options.function} ({specs[options.function].handler}) in process against "
-        f"the local stack; its logs and metrics: {state_dir / runner.FUNCTION_LOG}"
+        f"the local stack; its logs and metrics: {log}"
     )
+    schedule = RecheckSchedule()
+    start = log.stat().st_size if log.exists() else 0
     try:
         response = runner.invoker(
-            stack, options.function, template, rules_file=rules_file(options)
+            stack, options.function, template, rules_file=rules_file(options), schedule=schedule
         )(event)
     except Exception as error:
         raise Failure(f"{options.function} raised {type(error).__name__}: {error}") from error
     print(json.dumps(response, indent=2, default=str))
-    found = inbox.collect(sqs, url, state_dir)[before:]
-    for body in found:
-        console.note(f"invoke: alerted: {inbox.line(body)}")
-    if not found:
-        console.note(
-            "invoke: nothing alerted (the reconciler verifies the table as it is now, "
-            "so an event about items the table does not hold finds nothing)"
-        )
+    with log.open("rb") as lines:
+        lines.seek(start)
+        added = lines.read().decode(errors="replace").splitlines()
+    alerts = [inbox.line(body) for body in inbox.collect(sqs, url, state_dir)[before:]]
+    for line in invocation.summary(invocation.read(added), schedule.waiting(), alerts, time.time()):
+        console.note(f"invoke: {line}")
     return 0
 
 
