@@ -76,28 +76,57 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     local = command("local", "start, stop or describe the local stack", parents=False)
-    local.add_argument(
-        "action",
-        choices=["up", "down", "env"],
-        help="up: start it (or find it running); down: stop it; env: its variables",
+    local_actions = local.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def local_action(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = local_actions.add_parser(
+            name, help=summary, description=description, epilog=EPILOG
+        )
+        parser.set_defaults(run=_local)
+        return parser
+
+    up = local_action(
+        "up",
+        "start the local stack, or find it running",
+        "Start DynamoDB Local and moto's server (SNS, SQS) on loopback and create the "
+        "template's table, audit table, queues and alert topic; a stack already running is "
+        "reused. Prints the variables `tally local env` prints.",
     )
-    local.add_argument(
-        "--sam", action="store_true", help="with env: the `sam local invoke --env-vars` file"
-    )
-    local.add_argument(
+    up.add_argument(
         "--template",
         type=Path,
         dest="table_template",
         metavar="PATH",
-        help="with up: the counted table from your own template (default: template.yaml's)",
+        help="the counted table from your own template (default: template.yaml's Table; "
+        "with --rules alone, a table with the rules' [table] keys)",
     )
-    local.add_argument(
+    up.add_argument(
         "--table-id",
         metavar="ID",
         help="with --template: its table's logical id (default: its only table)",
     )
-    rules_option(local)
-    local.set_defaults(run=_local)
+    rules_option(up)
+    down = local_action(
+        "down",
+        "stop the local stack",
+        "Stop exactly the processes `tally local up` started; its state goes with them.",
+    )
+    env = local_action(
+        "env",
+        "the local stack's variables, for eval or sam",
+        'The local stack\'s variables as shell exports, for eval "$(tally local env)": '
+        "boto3's endpoint variables, dummy credentials, the resource names, RULES_FILE.",
+    )
+    env.add_argument(
+        "--sam",
+        action="store_true",
+        help="the `sam local invoke --env-vars` file instead (JSON, per function)",
+    )
+    for other in (down, env):
+        # Options of `up` given to another action are usage errors that say where they go.
+        other.add_argument("--template", type=Path, dest="table_template", help=argparse.SUPPRESS)
+        other.add_argument("--table-id", help=argparse.SUPPRESS)
+        other.add_argument("--rules", type=Path, help=argparse.SUPPRESS)
 
     pump = command("pump", "play Lambda's stream and recheck-queue triggers locally")
     rules_option(pump)
@@ -335,8 +364,8 @@ def named_file(path: Path, option: str) -> Path:
 
 def _local(options: argparse.Namespace) -> int:
     state_dir = targets.state_dir()
-    if options.action != "up" and (options.table_template or options.table_id):
-        raise UsageError("--template and --table-id go with `tally local up`")
+    if options.action != "up" and (options.table_template or options.table_id or options.rules):
+        raise UsageError("--template, --table-id and --rules go with `tally local up`")
     if options.table_id and not options.table_template:
         raise UsageError("--table-id names a table of --template FILE")
     if options.action == "up":
@@ -363,7 +392,7 @@ def _local(options: argparse.Namespace) -> int:
         stopped = local_stack.down(state_dir)
         for line in stopped or ["nothing was running"]:
             console.note(f"stopped: {line}")
-    elif options.sam:
+    elif options.action == "env" and options.sam:
         print(json.dumps(local_stack.sam_env(targets.running(state_dir)), indent=2))
     else:
         print(local_stack.exports(targets.running(state_dir)))
