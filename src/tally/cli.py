@@ -10,6 +10,7 @@ the one ``--template`` names. The rules file is ``--rules``, else
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import math
@@ -150,6 +151,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="concurrent batches per shard, 1 to 10 (default: ParallelizationFactor's default)",
     )
+    pump.add_argument(
+        "--json", action="store_true", help="when it stops: its report as one JSON object"
+    )
     pump.set_defaults(run=_pump)
 
     audit = command("audit", "full audit of every rule, one rule or one parent")
@@ -205,6 +209,9 @@ def _parser() -> argparse.ArgumentParser:
         default=4,
         metavar="N",
         help=f"parallel scan segments, 1 to {MAX_SEGMENTS} (default 4)",
+    )
+    export.add_argument(
+        "--json", action="store_true", help="the export's directory, id and item count as JSON"
     )
     _target(export)
     export.set_defaults(run=_export)
@@ -459,6 +466,8 @@ def _pump(options: argparse.Namespace) -> int:
     )
     if report.sent_to_failure_queue:
         console.note("pump: batches went to the on-failure queue: `tally replay` re-verifies them")
+    if options.json:
+        print(json.dumps({"state": state} | dataclasses.asdict(report), default=str))
     if pump.stop_signal:
         return runner.exit_code(pump)
     return 1 if report.sent_to_failure_queue or not report.idle else 0
@@ -603,8 +612,20 @@ def _export(options: argparse.Namespace) -> int:
                 export = export_table(options.out, segments=options.segments, progress=advance)
         except OSError as error:
             raise Failure(f"--out {options.out}: {error.strerror or error}") from None
+    if options.json:
+        print(
+            json.dumps(
+                {
+                    "directory": str(export.directory),
+                    "export_id": export.export_id,
+                    "items": export.item_count,
+                }
+            )
+        )
+        return 0
+    # The whole sentence on stderr, the directory alone on stdout: `$(tally export ...)`.
     console.note(f"export: {export.item_count} items written to {export.directory}")
-    print(export.directory)  # for `$(tally export ...)`
+    print(export.directory)
     return 0
 
 
@@ -650,12 +671,24 @@ def _alerts(options: argparse.Namespace) -> int:
     printed = 0
     while True:
         alerts = inbox.collect(sqs, url, state_dir)
-        for body in alerts[printed:]:
-            print(
-                json.dumps(body, sort_keys=True) if options.json else inbox.line(body), flush=True
+        new = alerts[printed:]
+        if options.json:
+            for body in new:
+                print(json.dumps(body, sort_keys=True), flush=True)
+        elif new or not (printed or options.follow):
+            # Followed, each poll's alerts are a table of their own, aligned with the first.
+            console.out.print(
+                console.table(
+                    console.ALERT_COLUMNS,
+                    map(console.alert_row, new),
+                    widths=console.ALERT_WIDTHS if options.follow else None,
+                    header=not printed,
+                )
             )
         printed = len(alerts)
         if not options.follow:
+            if not alerts and not options.json:
+                console.note("alerts: none received yet")
             return 0
         time.sleep(1)
 
