@@ -52,6 +52,8 @@ def alert_row(body: Mapping[str, Any]) -> list[Any]:
     where = pattern(key) if isinstance(key, Mapping) else key
     if "number" in body:
         where = f"{where} #{body['number']}"
+        if "through" in body:
+            where = f"{where}..{body['through']}"
     return [
         body.get("kind"),
         body.get("rule"),
