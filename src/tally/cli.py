@@ -740,7 +740,10 @@ def _invoke(options: argparse.Namespace) -> int:
         lines.seek(start)
         added = lines.read().decode(errors="replace").splitlines()
     alerts = [inbox.line(body) for body in inbox.collect(sqs, url, state_dir)[before:]]
-    for line in invocation.summary(invocation.read(added), schedule.waiting(), alerts, time.time()):
+    spec = specs[options.function]
+    stream = any(source.get("Type") == "DynamoDB" for source in spec.events.values())
+    seen = invocation.read(added)
+    for line in invocation.summary(seen, schedule.waiting(), alerts, time.time(), stream=stream):
         console.note(f"invoke: {line}")
     return 0
 

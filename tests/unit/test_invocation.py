@@ -121,3 +121,11 @@ def test_any_line_is_read_without_an_error(lines: list[str]) -> None:
 )
 def test_any_document_is_read_without_an_error(document: dict[str, Any]) -> None:
     summary(read([json.dumps(document)]), [], [], NOW)
+
+
+def test_the_recheck_function_counts_parents_not_stream_records() -> None:
+    seen = read([stream_metrics(ParentsChecked=1, Recounts=1)])
+    assert summary(seen, [], [], NOW, stream=False) == [
+        "parents checked: 1 (1 recount)",
+        "nothing alerted: what it checked agrees with the table",
+    ]

@@ -79,15 +79,17 @@ def summary(
     rechecks: list[Scheduled],
     alerts: list[str],
     now: float,
+    stream: bool = True,
 ) -> list[str]:
     """What the invocation did, one line each: records, groups, findings, rechecks, alerts.
 
     ``alerts`` are the alerts it published, as lines; "nothing alerted" is said only when
-    nothing was and the function verified something.
+    nothing was and the function verified something. ``stream``: the function takes stream
+    records (the reconciler); otherwise (the recheck, the audits) only parents checked count.
     """
     m = defaultdict(float, seen.metrics)
     lines = []
-    if "RecordsSeen" in m:
+    if "RecordsSeen" in m and stream:
         skipped = [
             f"{int(m['MalformedRecords'])} malformed (no readable keys or images)"
             if m["MalformedRecords"]
@@ -100,7 +102,11 @@ def summary(
             f"records: {int(m['RecordsSeen'])} seen, "
             + (f"skipped: {why}" if why else "none skipped")
         )
-    if seen.verified:
+    if seen.verified and not stream:
+        lines.append(
+            f"parents checked: {int(m['ParentsChecked'])} ({_n(m['Recounts'], 'recount')})"
+        )
+    elif seen.verified:
         groups = [
             f"{int(m['GroupsBalanced'])} balanced (no read)",
             f"{int(m['GroupsCarried'])} carried to a later batch",
@@ -127,12 +133,14 @@ def summary(
         lines.append(f"error: {error}")
     lines.extend(f"alerted: {alert}" for alert in alerts)
     if not alerts and seen.verified:
-        lines.append("nothing alerted" + _why_nothing(seen, rechecks))
+        lines.append("nothing alerted" + _why_nothing(seen, rechecks, stream))
     return lines
 
 
-def _why_nothing(seen: Invocation, rechecks: list[Scheduled]) -> str:
+def _why_nothing(seen: Invocation, rechecks: list[Scheduled], stream: bool) -> str:
     m = defaultdict(float, seen.metrics)
+    if not stream:
+        return "" if seen.findings or rechecks else ": what it checked agrees with the table"
     if seen.findings:
         return (
             f" by this invocation for the {_n(len(seen.findings), 'finding')} above "
