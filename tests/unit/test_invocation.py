@@ -127,5 +127,6 @@ def test_the_recheck_function_counts_parents_not_stream_records() -> None:
     seen = read([stream_metrics(ParentsChecked=1, Recounts=1)])
     assert summary(seen, [], [], NOW, stream=False) == [
         "parents checked: 1 (1 recount)",
-        "nothing alerted: what it checked agrees with the table",
+        "nothing alerted: what it checked agrees with the table as it is now "
+        "(an item it does not hold finds nothing)",
     ]

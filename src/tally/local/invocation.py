@@ -140,7 +140,11 @@ def summary(
 def _why_nothing(seen: Invocation, rechecks: list[Scheduled], stream: bool) -> str:
     m = defaultdict(float, seen.metrics)
     if not stream:
-        return "" if seen.findings or rechecks else ": what it checked agrees with the table"
+        return (
+            ""
+            if seen.findings or rechecks
+            else ": what it checked agrees with the table as it is now (an item it does not hold finds nothing)"
+        )
     if seen.findings:
         return (
             f" by this invocation for the {_n(len(seen.findings), 'finding')} above "
