@@ -143,7 +143,8 @@ def _why_nothing(seen: Invocation, rechecks: list[Scheduled], stream: bool) -> s
         return (
             ""
             if seen.findings or rechecks
-            else ": what it checked agrees with the table as it is now (an item it does not hold finds nothing)"
+            else ": what it checked agrees with the table as it is now "
+            "(an item it does not hold finds nothing)"
         )
     if seen.findings:
         return (
