@@ -10,6 +10,7 @@ the one ``--template`` names. The rules file is ``--rules``, else
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import math
@@ -76,28 +77,57 @@ def _parser() -> argparse.ArgumentParser:
         )
 
     local = command("local", "start, stop or describe the local stack", parents=False)
-    local.add_argument(
-        "action",
-        choices=["up", "down", "env"],
-        help="up: start it (or find it running); down: stop it; env: its variables",
+    local_actions = local.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def local_action(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = local_actions.add_parser(
+            name, help=summary, description=description, epilog=EPILOG
+        )
+        parser.set_defaults(run=_local)
+        return parser
+
+    up = local_action(
+        "up",
+        "start the local stack, or find it running",
+        "Start DynamoDB Local and moto's server (SNS, SQS) on loopback and create the "
+        "template's table, audit table, queues and alert topic; a stack already running is "
+        "reused. Prints the variables `tally local env` prints.",
     )
-    local.add_argument(
-        "--sam", action="store_true", help="with env: the `sam local invoke --env-vars` file"
-    )
-    local.add_argument(
+    up.add_argument(
         "--template",
         type=Path,
         dest="table_template",
         metavar="PATH",
-        help="with up: the counted table from your own template (default: template.yaml's)",
+        help="the counted table from your own template (default: template.yaml's Table; "
+        "with --rules alone, a table with the rules' [table] keys)",
     )
-    local.add_argument(
+    up.add_argument(
         "--table-id",
         metavar="ID",
         help="with --template: its table's logical id (default: its only table)",
     )
-    rules_option(local)
-    local.set_defaults(run=_local)
+    rules_option(up)
+    down = local_action(
+        "down",
+        "stop the local stack",
+        "Stop exactly the processes `tally local up` started; its state goes with them.",
+    )
+    env = local_action(
+        "env",
+        "the local stack's variables, for eval or sam",
+        'The local stack\'s variables as shell exports, for eval "$(tally local env)": '
+        "boto3's endpoint variables, dummy credentials, the resource names, RULES_FILE.",
+    )
+    env.add_argument(
+        "--sam",
+        action="store_true",
+        help="the `sam local invoke --env-vars` file instead (JSON, per function)",
+    )
+    for other in (down, env):
+        # Options of `up` given to another action are usage errors that say where they go.
+        other.add_argument("--template", type=Path, dest="table_template", help=argparse.SUPPRESS)
+        other.add_argument("--table-id", help=argparse.SUPPRESS)
+        other.add_argument("--rules", type=Path, help=argparse.SUPPRESS)
 
     pump = command("pump", "play Lambda's stream and recheck-queue triggers locally")
     rules_option(pump)
@@ -120,6 +150,9 @@ def _parser() -> argparse.ArgumentParser:
         choices=range(1, 11),
         metavar="N",
         help="concurrent batches per shard, 1 to 10 (default: ParallelizationFactor's default)",
+    )
+    pump.add_argument(
+        "--json", action="store_true", help="when it stops: its report as one JSON object"
     )
     pump.set_defaults(run=_pump)
 
@@ -176,6 +209,9 @@ def _parser() -> argparse.ArgumentParser:
         default=4,
         metavar="N",
         help=f"parallel scan segments, 1 to {MAX_SEGMENTS} (default 4)",
+    )
+    export.add_argument(
+        "--json", action="store_true", help="the export's directory, id and item count as JSON"
     )
     _target(export)
     export.set_defaults(run=_export)
@@ -335,8 +371,8 @@ def named_file(path: Path, option: str) -> Path:
 
 def _local(options: argparse.Namespace) -> int:
     state_dir = targets.state_dir()
-    if options.action != "up" and (options.table_template or options.table_id):
-        raise UsageError("--template and --table-id go with `tally local up`")
+    if options.action != "up" and (options.table_template or options.table_id or options.rules):
+        raise UsageError("--template, --table-id and --rules go with `tally local up`")
     if options.table_id and not options.table_template:
         raise UsageError("--table-id names a table of --template FILE")
     if options.action == "up":
@@ -363,7 +399,7 @@ def _local(options: argparse.Namespace) -> int:
         stopped = local_stack.down(state_dir)
         for line in stopped or ["nothing was running"]:
             console.note(f"stopped: {line}")
-    elif options.sam:
+    elif options.action == "env" and options.sam:
         print(json.dumps(local_stack.sam_env(targets.running(state_dir)), indent=2))
     else:
         print(local_stack.exports(targets.running(state_dir)))
@@ -430,6 +466,8 @@ def _pump(options: argparse.Namespace) -> int:
     )
     if report.sent_to_failure_queue:
         console.note("pump: batches went to the on-failure queue: `tally replay` re-verifies them")
+    if options.json:
+        print(json.dumps({"state": state} | dataclasses.asdict(report), default=str))
     if pump.stop_signal:
         return runner.exit_code(pump)
     return 1 if report.sent_to_failure_queue or not report.idle else 0
@@ -574,8 +612,20 @@ def _export(options: argparse.Namespace) -> int:
                 export = export_table(options.out, segments=options.segments, progress=advance)
         except OSError as error:
             raise Failure(f"--out {options.out}: {error.strerror or error}") from None
+    if options.json:
+        print(
+            json.dumps(
+                {
+                    "directory": str(export.directory),
+                    "export_id": export.export_id,
+                    "items": export.item_count,
+                }
+            )
+        )
+        return 0
+    # The whole sentence on stderr, the directory alone on stdout: `$(tally export ...)`.
     console.note(f"export: {export.item_count} items written to {export.directory}")
-    print(export.directory)  # for `$(tally export ...)`
+    print(export.directory)
     return 0
 
 
@@ -621,12 +671,24 @@ def _alerts(options: argparse.Namespace) -> int:
     printed = 0
     while True:
         alerts = inbox.collect(sqs, url, state_dir)
-        for body in alerts[printed:]:
-            print(
-                json.dumps(body, sort_keys=True) if options.json else inbox.line(body), flush=True
+        new = alerts[printed:]
+        if options.json:
+            for body in new:
+                print(json.dumps(body, sort_keys=True), flush=True)
+        elif new or not (printed or options.follow):
+            # Followed, each poll's alerts are a table of their own, aligned with the first.
+            console.out.print(
+                console.table(
+                    console.ALERT_COLUMNS,
+                    map(console.alert_row, new),
+                    widths=console.ALERT_WIDTHS if options.follow else None,
+                    header=not printed,
+                )
             )
         printed = len(alerts)
         if not options.follow:
+            if not alerts and not options.json:
+                console.note("alerts: none received yet")
             return 0
         time.sleep(1)
 
@@ -642,8 +704,9 @@ def _replay(options: argparse.Namespace) -> int:
 
 
 def _invoke(options: argparse.Namespace) -> int:
-    from tally.local import inbox, runner
+    from tally.local import inbox, invocation, runner
     from tally.local.functions import functions
+    from tally.local.pump import RecheckSchedule
     from tally.local.template import load_template, template_path
 
     template = load_template(template_path())
@@ -659,25 +722,29 @@ def _invoke(options: argparse.Namespace) -> int:
     stack = targets.running(state_dir)
     sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
     before = len(inbox.collect(sqs, url, state_dir))
+    log = state_dir / runner.FUNCTION_LOG
     console.note(
         f"invoke: {options.function} ({specs[options.function].handler}) in process against "
-        f"the local stack; its logs and metrics: {state_dir / runner.FUNCTION_LOG}"
+        f"the local stack; its logs and metrics: {log}"
     )
+    schedule = RecheckSchedule()
+    start = log.stat().st_size if log.exists() else 0
     try:
         response = runner.invoker(
-            stack, options.function, template, rules_file=rules_file(options)
+            stack, options.function, template, rules_file=rules_file(options), schedule=schedule
         )(event)
     except Exception as error:
         raise Failure(f"{options.function} raised {type(error).__name__}: {error}") from error
     print(json.dumps(response, indent=2, default=str))
-    found = inbox.collect(sqs, url, state_dir)[before:]
-    for body in found:
-        console.note(f"invoke: alerted: {inbox.line(body)}")
-    if not found:
-        console.note(
-            "invoke: nothing alerted (the reconciler verifies the table as it is now, "
-            "so an event about items the table does not hold finds nothing)"
-        )
+    with log.open("rb") as lines:
+        lines.seek(start)
+        added = lines.read().decode(errors="replace").splitlines()
+    alerts = [inbox.line(body) for body in inbox.collect(sqs, url, state_dir)[before:]]
+    spec = specs[options.function]
+    stream = any(source.get("Type") == "DynamoDB" for source in spec.events.values())
+    seen = invocation.read(added)
+    for line in invocation.summary(seen, schedule.waiting(), alerts, time.time(), stream=stream):
+        console.note(f"invoke: {line}")
     return 0
 
 

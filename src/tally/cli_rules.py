@@ -62,6 +62,9 @@ def register(commands: Any) -> None:
     )
     _target(suggest)
     suggest.add_argument("--sample", type=_positive, default=200, help="items to scan (200)")
+    suggest.add_argument(
+        "--json", action="store_true", help="the proposals and the rules file as JSON"
+    )
     suggest.set_defaults(run=_suggest)
 
 
@@ -95,7 +98,16 @@ def _check(options: argparse.Namespace) -> int:
             report = check(rules, client("dynamodb"), table, options.sample)
         except (BotoCoreError, ClientError) as error:
             raise Failure(f"table {table}: {error}") from None
-    print(json.dumps(report.as_json()) if options.json else report.text())
+    if options.json:
+        print(json.dumps(report.as_json()))
+    else:
+        from tally import console
+
+        console.out.print("\n".join(report.heading()), markup=False)
+        if report.rules:
+            counts = report.COLUMNS[2:]
+            console.out.print(console.table(report.COLUMNS, report.rows(), right=counts))
+        console.out.print("\n".join(report.footing()), markup=False)
     return 1 if report.flags else 0
 
 
@@ -113,6 +125,24 @@ def _suggest(options: argparse.Namespace) -> int:
             proposals = suggest(dynamodb, shape, items, options.sample)
         except (BotoCoreError, ClientError) as error:
             raise Failure(f"table {table}: {error}") from None
+    if options.json:
+        found = [
+            {
+                "kind": p.shape.kind,
+                "parent_sort_key": p.shape.parent_sk,
+                "counter": p.shape.counter,
+                "items_prefix": p.shape.span,
+                "parents_sampled": len(p.parents),
+                "parents_holding": p.held,
+            }
+            for p in proposals
+        ]
+        rules_toml = render(table, len(items), shape.keys, proposals) if proposals else None
+        print(
+            json.dumps(
+                {"table": table, "sampled": len(items), "proposals": found, "rules": rules_toml}
+            )
+        )
     if not proposals:
         print(
             f"tally: no counter in {len(items)} sampled items of {table} equals a count, sum or "
@@ -120,7 +150,8 @@ def _suggest(options: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(render(table, len(items), shape.keys, proposals), end="")
+    if not options.json:
+        print(render(table, len(items), shape.keys, proposals), end="")
     return 0
 
 

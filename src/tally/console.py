@@ -11,7 +11,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,15 +25,14 @@ from botocore.exceptions import (
     NoRegionError,
     PartialCredentialsError,
 )
-from rich import box
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from tally.local.dynamodb_local import DynamoDBLocalUnavailable
 from tally.local.stack import LocalStackError
+from tally.local.tables import ALERT_COLUMNS, ALERT_WIDTHS, alert_row, pattern, plain, table
 from tally.local.template import TemplateError, TemplateNotFoundError
 from tally.reconciler.findings import Finding, Off
 from tally.rules import RulesFileError
@@ -173,28 +172,26 @@ def print_audit(
     alerted: bool,
     state: Sequence[Off] = (),
 ) -> None:
-    per_rule = Table("rule", box=box.SIMPLE)
-    for column in ("checked", "drift", "gaps", "other", "repaired"):
-        per_rule.add_column(column, justify="right")
+    rows = []
     for name in report["rules"]:
         mine = [f for f in findings if f.rule == name]
         kinds = [f.kind for f in mine]
         repaired = sum(1 for f in mine if f.repair and f.repair.status == "applied")
         other = len(kinds) - kinds.count("drift") - kinds.count("gap")
         row = [report["parents_checked"].get(name, 0), kinds.count("drift"), kinds.count("gap")]
-        per_rule.add_row(*(Text(str(cell)) for cell in [name, *row, other, repaired]))
-    out.print(per_rule)
+        rows.append([name, *row, other, repaired])
+    counts = ("checked", "drift", "gaps", "other", "repaired")
+    out.print(table(("rule", *counts), rows, right=counts))
     shown = list(state) or [Off(f, "new") for f in findings]
     if shown:
         columns = ("kind", "rule", "parent", "stored", "actual", "repair", "status")
-        found = Table(*columns, box=box.SIMPLE)
+        found = []
         for off in shown:
             f = off.finding
             where = pattern(f.key) + (f" #{f.number}" if f.number is not None else "")
             status = off.status + (f" since {off.alerted_at}" if off.alerted_at else "")
-            cells = [f.kind, f.rule, where, _plain(f.stored), _plain(f.actual), _done(f), status]
-            found.add_row(*map(Text, cells))  # key values are data, never markup
-        out.print(found)
+            found.append([f.kind, f.rule, where, f.stored, f.actual, _done(f), status])
+        out.print(table(columns, found))
     export = report.get("export")
     read = (
         f"{export['items']} items exported"
@@ -223,14 +220,8 @@ def _done(finding: Finding) -> str:
         verb = "set" if repair.status == "applied" else "would set"
         if repair.after == "VOID":
             return f"{verb} number {finding.number} VOID"
-        return f"{verb} {finding.attribute} {_plain(repair.before)} -> {_plain(repair.after)}"
+        return f"{verb} {finding.attribute} {plain(repair.before)} -> {plain(repair.after)}"
     return f"{repair.status}: {repair.reason}"
 
 
-def _plain(value: Any) -> str:
-    return "-" if value is None else str(value)
-
-
-def pattern(key: Mapping[str, Any]) -> str:
-    """A key or key pattern as the command line writes it: PK=POST#a91f,SK=META."""
-    return ",".join(f"{k}={v}" for k, v in key.items())
+__all__ = ["ALERT_COLUMNS", "ALERT_WIDTHS", "alert_row", "pattern", "table"]

@@ -85,22 +85,25 @@ class CheckReport:
             )
         return flags
 
+    COLUMNS = ("rule", "kind", "parents", "children/members", "no counter", "not a number")
+
+    def rows(self) -> list[list[Any]]:
+        """One row of ``COLUMNS`` per rule."""
+        return [
+            [v.name, v.kind, v.parents, v.claimed, len(v.missing), len(v.invalid)]
+            for v in self.rules
+        ]
+
     def text(self) -> str:
-        lines = [f"table {self.table}: {self.sampled} items sampled"]
-        if self.rules:
-            lines.append(
-                f"{'rule':<20} {'kind':<9} {'parents':>8} {'children/members':>17} "
-                f"{'no counter':>11} {'not a number':>13}"
-            )
-            for v in self.rules:
-                lines.append(
-                    f"{v.name:<20} {v.kind:<9} {v.parents:>8} {v.claimed:>17} "
-                    f"{len(v.missing):>11} {len(v.invalid):>13}"
-                )
-        lines.append(f"{self.unrelated} sampled items belong to no rule's item collection")
-        flags = self.flags
-        lines += [f"flag: {flag}" for flag in flags] or ["no flags"]
-        return "\n".join(lines)
+        """The report's lines, the per-rule table left out (``rows`` holds it)."""
+        return "\n".join(self.heading() + self.footing())
+
+    def heading(self) -> list[str]:
+        return [f"table {self.table}: {self.sampled} items sampled"]
+
+    def footing(self) -> list[str]:
+        lines = [f"{self.unrelated} sampled items belong to no rule's item collection"]
+        return lines + ([f"flag: {flag}" for flag in self.flags] or ["no flags"])
 
     def as_json(self) -> dict[str, Any]:
         return {

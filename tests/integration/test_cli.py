@@ -91,8 +91,10 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str], tmp_path: Pa
     )
     subprocess.run([sys.executable, "-c", script], env=session, check=True, timeout=60)
 
-    pumped = tally("pump", "--until-idle", env=session)
+    pumped = tally("pump", "--until-idle", "--json", env=session)
     assert "pump: idle." in pumped.stderr and "0 to the on-failure queue" in pumped.stderr
+    report = json.loads(pumped.stdout)
+    assert (report["state"], report["idle"], report["sent_to_failure_queue"]) == ("idle", True, 0)
     alerts = [
         json.loads(line) for line in tally("alerts", "--json", env=session).stdout.splitlines()
     ]
@@ -102,6 +104,10 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str], tmp_path: Pa
     assert alerts[0]["repair"]["status"] == "applied"  # likes repair automatically
     again = tally("alerts", "--json", env=session).stdout.splitlines()
     assert [json.loads(line) for line in again] == alerts  # alerts can be read again
+    # Without --json: the table the audit draws, the whole key in its column.
+    drawn = tally("alerts", env=session).stdout.splitlines()
+    assert " ".join(drawn[1].split()) == "kind rule parent stored actual severity repair"
+    assert " ".join(drawn[3].split()) == "drift likes PK=POST#a91f,SK=META 5 1 warning applied"
 
     report = json.loads(tally("audit", "--json", env=session).stdout)
     assert report["findings"] == {} and report["parents_checked"]["likes"] == 1
@@ -123,10 +129,15 @@ def test_a_user_session_on_the_local_stack(cli_env: dict[str, str], tmp_path: Pa
         Item={"PK": {"S": "POST#a91f"}, "SK": {"S": "META"}, "likeTally": {"N": "7"}},
     )
     out = Path(cli_env["TALLY_STATE_DIR"]) / "exports"
-    directory = Path(tally("export", "--out", str(out), env=session).stdout.strip())
+    exported_ = tally("export", "--out", str(out), env=session)
+    directory = Path(exported_.stdout.strip())
     assert (
         directory.parent == out / "AWSDynamoDB" and (directory / "manifest-summary.json").exists()
     )
+    # The sentence whole on stderr; stdout holds the directory alone, for $(tally export ...).
+    assert f"export: 2 items written to {directory}\n" in exported_.stderr
+    as_json = json.loads(tally("export", "--out", str(out), "--json", env=session).stdout)
+    assert as_json["items"] == 2 and Path(as_json["directory"]).parent == out / "AWSDynamoDB"
     audit = tally(
         "audit", "--engine", "duckdb", "--export", str(out), "--json", env=session, expect=1
     )

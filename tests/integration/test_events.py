@@ -11,15 +11,21 @@ A new event file is collected automatically and fails until SCENARIOS says what 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import boto3
 import moto.sqs.models
 import pytest
 import sqlglot
+from boto3.dynamodb.types import TypeSerializer
 from moto.core.utils import unix_time_millis
 
 from tally.handlers import writer_api
@@ -509,3 +515,136 @@ def test_every_scenario_has_its_event_file() -> None:
 def test_events_dir_holds_only_function_directories() -> None:
     loose = {path.name for path in EVENTS_DIR.iterdir() if path.is_file()}
     assert loose == set()
+
+
+# --- `tally invoke` on the local stack says what the handler did -------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A user's shell with `tally local up` run and `tally local env` exported."""
+    prefixes = ("AWS_ENDPOINT_URL", "DYNAMODB", "TABLE_NAME", "AUDIT_TABLE", "POWERTOOLS_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.pop("RULES_FILE", None)
+    env["TALLY_STATE_DIR"] = str(tmp_path_factory.mktemp("invoke") / "state")
+    tally = [sys.executable, "-m", "tally.cli"]
+    subprocess.run([*tally, "local", "up"], env=env, check=True, capture_output=True)
+    try:
+        exports = subprocess.run(
+            [*tally, "local", "env"], env=env, check=True, capture_output=True, text=True
+        ).stdout
+        for line in exports.splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            [env[name]] = shlex.split(value)
+        yield env
+    finally:
+        subprocess.run([*tally, "local", "down"], env=env, capture_output=True)
+
+
+def _emptied(dynamodb: Any, table: str) -> None:
+    keys = [
+        k["AttributeName"] for k in dynamodb.describe_table(TableName=table)["Table"]["KeySchema"]
+    ]
+    for page in dynamodb.get_paginator("scan").paginate(TableName=table):
+        for found in page["Items"]:
+            dynamodb.delete_item(TableName=table, Key={k: found[k] for k in keys})
+
+
+# What `tally invoke` prints for a sample event, on the scenario's table (SCENARIOS' seed).
+INVOKE_SUMMARIES: dict[str, tuple[list[str], list[str]]] = {
+    "ReconcilerFunction/like_added": (
+        [
+            "invoke: records: 2 seen, none skipped\n",
+            "invoke: groups: 1 balanced (no read), 0 carried to a later batch, "
+            "1 parent checked (0 recounts)\n",
+            "invoke: nothing alerted: the counters checked agree with the table as it is now",
+        ],
+        ["finding:", "invoke: alerted:", "recheck"],
+    ),
+    "ReconcilerFunction/rogue_counter_overwrite": (
+        [
+            "invoke: records: 1 seen, none skipped\n",
+            "1 parent checked (1 recount)\n",
+            "invoke: finding: drift of likes at PK=POST#a91f,SK=META, repair applied\n",
+            "invoke: alerted: drift",
+            "stored 100 actual 3",
+        ],
+        ["nothing alerted"],
+    ),
+    "ReconcilerFunction/malformed_record": (
+        [
+            "invoke: records: 2 seen, skipped: 1 malformed (no readable keys or images)\n",
+            "invoke: finding: invalid_counter of likes at PK=POST#a91f,SK=META, repair skipped\n",
+            "invoke: alerted: invalid_counter",
+        ],
+        ["nothing alerted"],
+    ),
+    "ReconcilerFunction/sequence_gap": (
+        [
+            "invoke: recheck scheduled: unbalanced of issue-numbers PROJECT#A/COUNTER#ISSUE, due ",
+            "UTC (in 30 s): `tally pump --until-settled` delivers it\n",
+            "invoke: nothing alerted yet: the recheck decides\n",
+        ],
+        ["finding:", "invoke: alerted:"],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INVOKE_SUMMARIES))
+def test_tally_invoke_says_what_the_handler_did(name: str, local_session: dict[str, str]) -> None:
+    session = local_session
+    with environ({k: v for k, v in session.items() if k.startswith(("AWS_",))}):
+        dynamodb = boto3.client("dynamodb")
+        for table in (session["TABLE_NAME"], session["AUDIT_TABLE_NAME"]):
+            _emptied(dynamodb, table)
+        serializer = TypeSerializer()
+        for item in SCENARIOS[name].seed:
+            dynamodb.put_item(
+                TableName=session["TABLE_NAME"],
+                Item={k: serializer.serialize(v) for k, v in item.items()},
+            )
+    invoked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tally.cli",
+            "invoke",
+            *name.split("/", 1)[:1],
+            f"events/{name}.json",
+        ],
+        env=session,
+        cwd=EVENTS_DIR.parent,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert invoked.returncode == 0, invoked.stderr
+    assert "Traceback" not in invoked.stderr
+    shown, absent = INVOKE_SUMMARIES[name]
+    for text in shown:
+        assert text in invoked.stderr, invoked.stderr
+    for text in absent:
+        assert text not in invoked.stderr, invoked.stderr
+
+
+def test_a_writer_api_event_given_to_the_reconciler_is_refused(
+    local_session: dict[str, str],
+) -> None:
+    invoked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tally.cli",
+            "invoke",
+            "ReconcilerFunction",
+            "events/WriterFunction/api_add_child.json",
+        ],
+        env=local_session,
+        cwd=EVENTS_DIR.parent,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert invoked.returncode == 2, invoked.stderr
+    assert "is an HTTP API event, not a DynamoDB stream event" in invoked.stderr
+    assert "nothing alerted" not in invoked.stderr and "Traceback" not in invoked.stderr

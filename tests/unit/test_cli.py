@@ -224,3 +224,48 @@ values = st.text(st.characters(exclude_characters=",", exclude_categories=["Cs"]
 def test_a_written_key_parses_back(key: dict[str, str]) -> None:
     written = ",".join(f"{name}={value}" for name, value in key.items())
     assert cli.parse_key(written) == key
+
+
+def test_local_actions_are_subcommands_with_their_own_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = tally(capsys, "local", "--help")
+    assert code == 0
+    for action in ("up", "down", "env"):
+        assert f"    {action} " in out, out
+    own = {
+        "up": ["--template PATH", "--table-id ID", "--rules PATH"],
+        "down": [],
+        "env": ["--sam"],
+    }
+    for action, options in own.items():
+        code, out, _ = tally(capsys, "local", action, "--help")
+        assert code == 0 and "exit codes: 0 clean, 1 findings or failure, 2 usage" in out
+        for option in ("--template", "--table-id", "--rules", "--sam"):
+            shown = any(o.startswith(option) for o in options)
+            assert (f"  {option}" in out) == shown, (action, option, out)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["local", "down", "--sam"],
+        ["local", "up", "--sam"],
+        ["local", "env", "--rules", "src/rules.toml"],
+        ["local", "down", "--table-id", "Table"],
+        ["local"],
+    ],
+)
+def test_an_option_of_another_local_action_is_a_usage_error(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = tally(capsys, *args)
+    assert code == 2 and err.strip(), err
+
+
+def test_docs_local_shows_each_local_action_s_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    shown = (template_path().parent / "docs" / "local.md").read_text()
+    for action in ("up", "down", "env"):
+        _, out, _ = tally(capsys, "local", action, "--help")
+        usage = " ".join(out.split("\n\n")[0].split())  # argparse wraps long usage lines
+        assert f"\n{usage}\n" in shown, usage

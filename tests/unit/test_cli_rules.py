@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
+from moto import mock_aws
 
 from tally import cli, targets
+from tally.dynamodb import serialize
 from tally.local.stack import LocalStack
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.stream_filter import filter_json
@@ -120,3 +124,70 @@ def test_a_sample_size_must_be_positive(capsys: pytest.CaptureFixture[str]) -> N
         cli.main(["rules", "suggest", "--sample", "0"])
     assert exit_.value.code == 2
     assert "--sample" in capsys.readouterr().err
+
+
+@pytest.fixture
+def social_table(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A PK/SK table in moto holding two posts, each with its likes and a counter that agrees."""
+    for name in [n for n in os.environ if n.startswith("AWS_ENDPOINT_URL")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        client = boto3.client("dynamodb")
+        client.create_table(
+            TableName="Social",
+            KeySchema=[
+                {"AttributeName": "PK", "KeyType": "HASH"},
+                {"AttributeName": "SK", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "PK", "AttributeType": "S"},
+                {"AttributeName": "SK", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        for post, likes in (("a", 3), ("b", 2)):
+            items = [{"PK": f"POST#{post}", "SK": "META", "likeTally": likes}]
+            items += [{"PK": f"POST#{post}", "SK": f"LIKE#{n}"} for n in range(likes)]
+            for item in items:
+                client.put_item(TableName="Social", Item=serialize(item))
+        monkeypatch.setenv("TABLE_NAME", "Social")
+        yield "Social"
+
+
+def test_rules_suggest_and_check_report_as_json(
+    social_table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "rules", "suggest", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert (report["table"], report["sampled"]) == ("Social", 7)
+    [proposal] = report["proposals"]
+    assert (proposal["kind"], proposal["counter"]) == ("count", "likeTally")
+    assert (proposal["parents_sampled"], proposal["parents_holding"]) == (2, 2)
+    assert "[[rules]]" in report["rules"]
+    code, out, _ = run(capsys, "rules", "check", "--rules", str(SOCIAL), "--json")
+    assert json.loads(out)["sampled"] == 7
+
+
+def test_rules_check_draws_its_table_like_the_audit(
+    social_table: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = run(capsys, "rules", "check", "--rules", str(SOCIAL))
+    lines = out.splitlines()
+    assert lines[0] == "table Social: 7 items sampled"
+    header = next(line for line in lines if "children/members" in line)
+    assert header.split() == [
+        "rule",
+        "kind",
+        "parents",
+        "children/members",
+        "no",
+        "counter",
+        "not",
+        "a",
+        "number",
+    ]
+    assert any(line.strip().startswith("─") for line in lines)  # rich's SIMPLE box, as the audit

@@ -18,8 +18,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from tally.dynamodb import deserialize, serialize
-from tally.local import inbox, runner
+from tally.local import inbox, runner, tables
 from tally.local import stack as local_stack
 from tally.local.functions import environ
 from tally.local.pump import Pump
@@ -98,11 +100,10 @@ def _demo(stack: LocalStack, state_dir: Path, started: float) -> int:
             fault.caught, fault.repair = match[0]["kind"], match[0]["repair"]["status"]
 
     print("\nalerts the subscriber received:")
-    for alert in alerts:
-        print("  " + inbox.line(alert))
+    _show(tables.table(tables.ALERT_COLUMNS, map(tables.alert_row, alerts)))
 
     audit = _final_audit()
-    print("\n" + _summary(faults))
+    _show(_summary(faults))
     kept = [f.key for f in faults if f.kept]
     off = [o for o in audit.state if o.finding.key not in kept]
     clean = not off
@@ -268,16 +269,21 @@ def _inbox(stack: LocalStack, state_dir: Path) -> list[dict[str, Any]]:
     return inbox.collect(stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"], state_dir)
 
 
-def _summary(faults: list[Fault]) -> str:
-    lines = [f"{'injected fault':<34} {'caught as':<16} {'repair':<9} {'fixed':<5}", "-" * 68]
+def _summary(faults: list[Fault]) -> Any:
+    rows = []
     for fault in faults:
         fixed = ("kept" if fault.kept else "yes") if fault.fixed() else "NO"
-        lines.append(f"{fault.name:<34} {fault.caught:<16} {fault.repair:<9} {fixed:<5}")
-    return "\n".join(lines)
+        rows.append([fault.name, fault.caught, fault.repair, fixed])
+    return tables.table(("injected fault", "caught as", "repair", "fixed"), rows)
 
 
 def _put(ddb: Any, table: str, item: dict[str, Any]) -> None:
     ddb.put_item(TableName=table, Item=serialize(item))
+
+
+def _show(drawn: Any) -> None:
+    """A table on stdout, as wide as a terminal, or one row per line when piped."""
+    Console(highlight=False, width=None if sys.stdout.isatty() else 240).print(drawn)
 
 
 def say(line: str) -> None:

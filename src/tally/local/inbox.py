@@ -36,4 +36,4 @@ def line(body: dict[str, Any]) -> str:
     else:
         what = f"stored {body['stored']} actual {body['actual']}"
     status = body["repair"]["status"]
-    return f"{body['kind']:<15} {body['rule']:<14} {where:<30} {what:<26} repair {status}"
+    return f"{body['kind']} of {body['rule']} at {where}: {what}, repair {status}"

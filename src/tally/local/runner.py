@@ -67,9 +67,10 @@ def invoker(
         values["PARALLELIZATION_FACTOR"] = str(parallelization)
     started = cold_start(spec, values)
     logger: Logger = started.modules["tally.observability"].logger
-    if schedule is not None:
+    runtime = started.modules.get("tally.reconciler.runtime")
+    if schedule is not None and runtime is not None:  # a function that sends rechecks
         with variables(values):
-            schedule.watch(started.modules["tally.reconciler.runtime"]._clients()[2])
+            schedule.watch(runtime._clients()[2])
     log = stack.state_dir / FUNCTION_LOG
 
     def invoke(event: dict[str, Any]) -> Any:
