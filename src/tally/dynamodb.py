@@ -1,13 +1,11 @@
 """DynamoDB primitives shared by writers and reconciler: (de)serializing, expression names,
-and running one ``TransactWriteItems`` with idempotency tokens, conflict retries and
-cancellation reasons."""
+and running one ``TransactWriteItems`` with the caller's ``ClientRequestToken``, conflict retries
+and cancellation reasons."""
 
 from __future__ import annotations
 
-import json
 import random
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -19,7 +17,6 @@ from tally.numbers import Deserializer
 
 _SERIALIZER = TypeSerializer()
 _DESERIALIZER = Deserializer()  # numbers read exactly, 1E+38 and up included
-_TOKEN_NAMESPACE = uuid.UUID("5d0f1c7e-6a4b-4c59-9a52-2f6b1e0c7a11")
 # Cancellation codes that say "try the same thing again", not "your condition failed".
 _TRANSIENT = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 
@@ -40,17 +37,6 @@ class TransactionFailedError(RuntimeError):
         super().__init__(f"transaction cancelled after {attempts} attempt(s): {codes}")
         self.reasons = reasons
         self.attempts = attempts
-
-
-def client_request_token(operation: str, table: str, key: Mapping[str, Any], basis: Any) -> str:
-    """A deterministic ``ClientRequestToken`` (36 chars) for this operation on this key.
-
-    ``basis`` is the caller's idempotency key, or the request's own content when there is
-    none, so the same logical request always maps to the same token within DynamoDB's
-    10-minute idempotency window.
-    """
-    text = json.dumps([operation, table, key, basis], sort_keys=True, default=str)
-    return str(uuid.uuid5(_TOKEN_NAMESPACE, text))
 
 
 @dataclass(frozen=True)

@@ -97,11 +97,6 @@ class AuditStore:
             }
         }
 
-    def record_repair(self, finding: Finding, repair: Repair) -> None:
-        """Log a repair outcome that wrote nothing to the table (skipped, dry run, failed...)."""
-        item = serialize(self._repair_item(finding, repair))
-        self.client.put_item(TableName=self.table_name, Item=item)
-
     def findings(self, kind: str | None = None) -> list[dict[str, Any]]:
         """Every stored finding (``body`` parsed), newest first; for the CLI and tests."""
         items = self._scan("FINDING#", kind)
