@@ -286,7 +286,7 @@ def _fold_parent(
     if before == after:
         return  # the counter did not move: nothing to balance
     group.evidence.append(evidence)
-    if not _valid_counter(rule, after):
+    if not valid_counter(rule, after, absent=_MISSING):
         group.invalid.append(Invalid(keys, rule.counter, shown(after), evidence))
         return
     # An absent counter reads as 0: a writer (or a rogue) may REMOVE it or put the item anew.
@@ -382,9 +382,11 @@ def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | 
     return None
 
 
-def _valid_counter(rule: AnyRule, value: Any) -> bool:
-    if value is _MISSING:
-        return True  # an absent counter reads as 0
+def valid_counter(rule: AnyRule, value: Any, absent: Any = None) -> bool:
+    """A counter the rule allows: a finite number, whole and >= 0 unless summed; ``absent``
+    (the caller's marker for a missing attribute) reads as 0."""
+    if value is absent:
+        return True
     if not isinstance(value, Decimal) or not value.is_finite():
         return False
     if isinstance(rule, SumRule):

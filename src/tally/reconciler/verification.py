@@ -47,7 +47,7 @@ from tally.numbers import (
 )
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore, Carry
-from tally.reconciler.changes import Batch, Group, fold_record, group_records
+from tally.reconciler.changes import Batch, Group, fold_record, group_records, valid_counter
 from tally.reconciler.findings import AlertMessage, Finding, Kind, Off, Repair, shown
 from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.rechecks import Observed, Recheck, RecheckQueue
@@ -331,7 +331,7 @@ class Reconciler:
             return group.counter_before <= SMALL_PARENT, None
         state = self.table.read_parent(rule, group.parent_key)
         counter = state.counter if state.counter is not None else Decimal(0)
-        if not state.exists or not _valid_counter(rule, counter):
+        if not state.exists or not valid_counter(rule, counter):
             return True, state  # orphans or a broken counter: the recount reports it now
         return counter <= SMALL_PARENT, state
 
@@ -558,7 +558,7 @@ class Reconciler:
             actual: Any = Decimal(tally.children)
         else:
             stored, actual = parent.counter, tally.actual
-            if not _valid_counter(rule, stored):
+            if not valid_counter(rule, stored):
                 kind = "invalid_counter"
                 problem = counter_problem(stored, whole=isinstance(rule, CountRule))
                 details += [problem] if problem else []
@@ -894,7 +894,7 @@ class Reconciler:
         self, rule: SequenceRule, key: Key, counter: ParentState, highest: int, recheck: Recheck
     ) -> int:
         stored = counter.counter
-        valid = _valid_counter(rule, stored)
+        valid = valid_counter(rule, stored)
         if valid and int(stored or 0) >= highest:
             return 0
         finding = Finding(
@@ -1147,16 +1147,6 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
-    if value is None:
-        return True  # absent reads as 0
-    if not isinstance(value, Decimal) or not value.is_finite():
-        return False
-    if isinstance(rule, SumRule):
-        return True
-    return value >= 0 and value == value.to_integral_value()
-
-
 def _truth(actual: Any) -> Any:
     """The truth as a finding shows it: a number as DynamoDB holds it, or (more digits than
     a counter holds) its exact digits as text."""
@@ -1221,6 +1211,6 @@ def _drifted(rule: TallyRule, snapshot: Snapshot) -> bool:
     counter = snapshot.parent.counter
     if not snapshot.parent.exists:
         return snapshot.tally.children > 0
-    if not _valid_counter(rule, counter):
+    if not valid_counter(rule, counter):
         return True
     return (counter if counter is not None else Decimal(0)) != snapshot.tally.actual
