@@ -389,8 +389,8 @@ class SequenceRule(_RuleBase):
         return ordinal if ordinal > 0 else None
 
 
-Rule = Annotated[CountRule | SumRule | SequenceRule, Field(discriminator="kind")]
 AnyRule = CountRule | SumRule | SequenceRule
+Rule = Annotated[AnyRule, Field(discriminator="kind")]
 
 
 class _RulesDocument(_Strict):
@@ -403,7 +403,7 @@ class _RulesDocument(_Strict):
 class Match:
     """What one item is to one rule."""
 
-    rule: CountRule | SumRule | SequenceRule
+    rule: AnyRule
     role: Role
     parent_key: Key
 
@@ -430,7 +430,7 @@ def _head(checks: Checks, partition_key: str) -> str | None:
 class RuleSet:
     """The validated rules, with key classification for writers and the reconciler."""
 
-    def __init__(self, table: TableKeys, rules: list[CountRule | SumRule | SequenceRule]):
+    def __init__(self, table: TableKeys, rules: list[AnyRule]):
         self.table = table
         self.rules = rules
         self._by_name = {rule.name: rule for rule in rules}
@@ -440,10 +440,10 @@ class RuleSet:
         self._any_head: list[_Compiled] = []
         self._numeric_keys = any(table.type_of(name) == "N" for name in table.names)
 
-    def __iter__(self) -> Iterator[CountRule | SumRule | SequenceRule]:
+    def __iter__(self) -> Iterator[AnyRule]:
         return iter(self.rules)
 
-    def __getitem__(self, name: str) -> CountRule | SumRule | SequenceRule:
+    def __getitem__(self, name: str) -> AnyRule:
         try:
             return self._by_name[name]
         except KeyError:

@@ -22,6 +22,7 @@ from tally.numbers import Deserializer, add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.rules import (
     REPAIR_MARKER,
+    AnyRule,
     AttributeMembers,
     CountRule,
     IndexMembers,
@@ -35,8 +36,6 @@ from tally.rules import (
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
 _DESERIALIZER = Deserializer()
 _MISSING = object()
-
-AnyRule = CountRule | SumRule | SequenceRule
 
 
 @dataclass(frozen=True)

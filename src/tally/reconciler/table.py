@@ -25,6 +25,7 @@ from tally.dynamodb import (
 from tally.numbers import NULL, add, number
 from tally.rules import (
     REPAIR_MARKER,
+    AnyRule,
     AttributeMembers,
     CollectionMembers,
     CountRule,
@@ -36,7 +37,6 @@ from tally.rules import (
     SumRule,
 )
 
-AnyRule = CountRule | SumRule | SequenceRule
 VoidOutcome = Literal["written", "arrived", "gone"]
 DecrementOutcome = Literal["applied", "replayed", "refused"]
 # A member as read: its number, its key, and whether it is a VOID tombstone.
