@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -113,6 +113,17 @@ def transact(
             continue
         return Committed(replayed=_is_replay(response), attempts=attempt)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def conditional(write: Callable[[], Any]) -> bool:
+    """Run one conditional write; False when its condition failed (DynamoDB wrote nothing)."""
+    try:
+        write()
+    except ClientError as error:
+        if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
 
 
 def _is_replay(response: Mapping[str, Any]) -> bool:

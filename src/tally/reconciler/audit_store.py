@@ -16,9 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from tally.dynamodb import Backoff, Cancelled, deserialize, serialize, transact
+from tally.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
 from tally.numbers import DYNAMODB
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 
@@ -162,8 +160,8 @@ class AuditStore:
             return False  # the record does not show what the repair wrote
         if item.get("target") != _key_json(key) or shown != written:
             return False
-        try:
-            self.client.update_item(
+        return conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
                 UpdateExpression="SET #seen = :seq",
@@ -171,11 +169,7 @@ class AuditStore:
                 ExpressionAttributeNames={"#seen": "seenSequence"},
                 ExpressionAttributeValues=serialize({":seq": sequence_number}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     # --- the alert outbox and standing findings -----------------------------------------
 
@@ -271,19 +265,15 @@ class AuditStore:
     def lease_alert(self, alert_id: str) -> bool:
         """Take a pending alert over for publishing; False when another publisher holds it."""
         now = int(self.clock())
-        try:
-            self.client.update_item(
+        return conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize({"PK": OUTBOX_PK, "SK": alert_id}),
                 UpdateExpression="SET leaseUntil = :until",
                 ConditionExpression="attribute_exists(PK) AND leaseUntil < :now",
                 ExpressionAttributeValues=serialize({":now": now, ":until": now + LEASE_SECONDS}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def alert_sent(self, alert_id: str) -> None:
         key = {"PK": OUTBOX_PK, "SK": alert_id}
@@ -327,33 +317,27 @@ class AuditStore:
 
     def advance_watermark(self, rule: str, key: Mapping[str, str], to: int) -> bool:
         """Move the watermark forward to ``to``; False when it already stands there or beyond."""
-        try:
-            self.client.update_item(
+        return conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize(_watermark_key(rule, key)),
                 UpdateExpression="SET watermark = :to",
                 ConditionExpression="attribute_not_exists(watermark) OR watermark < :to",
                 ExpressionAttributeValues=serialize({":to": to}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def lower_watermark(self, rule: str, key: Mapping[str, str], to: int) -> None:
         """Move the watermark back to ``to``: a number at or below it is no longer held."""
-        try:
-            self.client.update_item(
+        conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize(_watermark_key(rule, key)),
                 UpdateExpression="SET watermark = :to",
                 ConditionExpression="watermark > :to",
                 ExpressionAttributeValues=serialize({":to": to}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+        )
 
     # --- carries -------------------------------------------------------------------------
 
@@ -408,13 +392,7 @@ class AuditStore:
         if values:
             request["ExpressionAttributeValues"] = serialize(values)
             request["ExpressionAttributeNames"] = {"#remainder": "remainder"}  # reserved word
-        try:
-            self._consumed(self.client.put_item(**request))
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return conditional(lambda: self._consumed(self.client.put_item(**request)))
 
     def _consumed(self, response: Mapping[str, Any]) -> None:
         consumed = response.get("ConsumedCapacity") or {}
