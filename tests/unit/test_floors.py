@@ -30,6 +30,7 @@ GROUND = {
     "numbers",
     "streams",
     "observability",
+    "timefmt",
 }
 CLI = {"cli", "cli_rules", "rules_check", "rules_suggest", "console", "targets"}
 # What the Lambda layer installs (layer/requirements.txt) or the Python runtime provides.

@@ -12,13 +12,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from tally.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
 from tally.numbers import DYNAMODB
 from tally.reconciler.findings import AlertMessage, Finding, Repair
+from tally.timefmt import epoch_iso
 
 DAY = 86_400
 FINDING_TTL = 90 * DAY
@@ -200,7 +200,7 @@ class AuditStore:
             "SK": _standing_sk(finding),
             "alertKey": finding.alert_key,
             "findingId": finding.finding_id,
-            "alertedAt": _iso(now),
+            "alertedAt": epoch_iso(now, "milliseconds"),
             "remindAt": now + remind_seconds if remind_seconds else NEVER,
             "expiresAt": now + FINDING_TTL,
         }
@@ -402,7 +402,7 @@ class AuditStore:
     # --- helpers -------------------------------------------------------------------------
 
     def _repair_item(self, finding: Finding, repair: Repair) -> dict[str, Any]:
-        at = _iso(self.clock())
+        at = epoch_iso(self.clock(), "milliseconds")
         return {
             "PK": _parent_pk(finding),
             "SK": f"REPAIR#{at}#{finding.finding_id}",
@@ -474,9 +474,3 @@ def _watermark_key(rule: str, key: Mapping[str, str]) -> dict[str, str]:
 
 def _carry_key(rule: str, key: Mapping[str, str]) -> dict[str, str]:
     return {"PK": _pk(rule, key), "SK": "CARRY"}
-
-
-def _iso(epoch: float) -> str:
-    return (
-        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
