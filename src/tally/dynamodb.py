@@ -45,8 +45,8 @@ class Backoff:
 
     A conflict says "someone is busy here": back off. A lost optimistic round (the counter
     moved since it was read) says "someone made progress" and brings the fresh value, so
-    the next round starts at once; under load (seed 000) losing rounds is normal, hence
-    the generous bound that only stops a livelock.
+    the next round starts at once; with many writers on one gapless counter, losing
+    rounds is normal, hence the generous bound that only stops a livelock.
     """
 
     attempts: int = 16

@@ -270,7 +270,8 @@ class CollectionMembers(_NumberedMembers):
 
 
 class PartitionMembers(_NumberedMembers):
-    """Members each in a partition of their own: partition key = prefix + number (seed 001)."""
+    """Members each in a partition of their own: partition key = prefix + number
+    (orders numbered by an atomic counter, say)."""
 
     layout: Literal["partition"]
 
@@ -287,7 +288,8 @@ class IndexMembers(_Strict):
 
 
 class AttributeMembers(_Strict):
-    """Members keyed by a natural key, their number in an attribute (seed 000's users).
+    """Members keyed by a natural key, their number in an attribute (users keyed by
+    name, numbered by a gapless counter, say).
 
     No key or index leads from a number to its member: the reconciler keeps a ledger
     (number -> member key) in the audit table from the stream; the full audit rebuilds it.

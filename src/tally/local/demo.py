@@ -191,7 +191,7 @@ def _inject(ddb: Any, table: str, rules: RuleSet) -> list[Fault]:
             ReturnValues="UPDATED_NEW",
         )["Attributes"]["lastIssue"]["N"]
     )
-    # 4. a counter reset to 0 (seed 003's rogue reset)
+    # 4. a counter reset to 0 by a rogue writer
     reset = {"PK": "PROJECT#demo-1", "SK": "COUNTER#ISSUE"}
     highest = int(item(reset["PK"], reset["SK"]).get("lastIssue", 0))
     ddb.update_item(
