@@ -32,7 +32,7 @@ GROUND = {
     "observability",
     "timefmt",
 }
-CLI = {"cli", "cli_rules", "rules_check", "rules_suggest", "console", "targets"}
+CLI = {"cli", "cli_options", "cli_rules", "rules_check", "rules_suggest", "console", "targets"}
 # What the Lambda layer installs (layer/requirements.txt) or the Python runtime provides.
 LAMBDA_PACKAGES = {"aws_lambda_powertools", "pydantic", "boto3", "botocore"}
 
