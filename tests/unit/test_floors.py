@@ -20,6 +20,7 @@ PACKAGE = Path(tally.__file__).parent
 FLOORS = ["ground", "writers", "reconciler", "handlers", "local", "cli"]
 GROUND = {
     "rules",
+    "rules_model",
     "rules_validation",
     "key_patterns",
     "stream_filter",
