@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Context, Decimal, localcontext
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     BaseModel,
@@ -404,8 +404,15 @@ class Match:
 ParentOf = Callable[[Mapping[str, Any]], Key]
 
 
-# A rule compiled for classify: rule, parent checks, role, claimed checks, parent key of a claim.
-_Compiled = tuple[AnyRule, Checks, Role, Checks, ParentOf]
+class _Compiled(NamedTuple):
+    """A rule compiled for classify: the checks a key passes as its parent, and as one of the
+    items it claims (children or members), with the parent key of such an item."""
+
+    rule: AnyRule
+    parent: Checks
+    role: Role
+    claimed: Checks
+    parent_of: ParentOf
 
 
 def _head(checks: Checks, partition_key: str) -> str | None:
@@ -463,7 +470,7 @@ class RuleSet:
     def _compile_all(self) -> None:
         compiled = [self._compile(rule) for rule in self.rules]
         pk = self.table.partition_key
-        heads = [(_head(c[1], pk), _head(c[3], pk)) for c in compiled]
+        heads = [(_head(c.parent, pk), _head(c.claimed, pk)) for c in compiled]
         fixed = {head for pair in heads for head in pair if head is not None}
         self._any_head = [c for c, pair in zip(compiled, heads, strict=True) if None in pair]
         self._by_head = {
@@ -481,12 +488,8 @@ class RuleSet:
         pk = keys.partition_key
         if isinstance(rule, SequenceRule) and not isinstance(rule.members, CollectionMembers):
             counter = rule.exact_parent(keys)
-            return (
-                rule,
-                parent,
-                "member",
-                _checks(rule.member_pattern(keys)),
-                lambda _: dict(counter),
+            return _Compiled(
+                rule, parent, "member", _checks(rule.member_pattern(keys)), lambda _: dict(counter)
             )
         assert keys.sort_key is not None
         sk, parent_sk = keys.sort_key, rule.exact_parent(keys).get(keys.sort_key, "")
@@ -500,8 +503,8 @@ class RuleSet:
                 return {pk: key[pk], sk: parent_sk}
 
         if isinstance(rule, SequenceRule):
-            return rule, parent, "member", _checks(rule.member_pattern(keys)), parent_of
-        return rule, parent, "child", _checks(rule.child_pattern(keys)), parent_of
+            return _Compiled(rule, parent, "member", _checks(rule.member_pattern(keys)), parent_of)
+        return _Compiled(rule, parent, "child", _checks(rule.child_pattern(keys)), parent_of)
 
     def child_match(self, key: Mapping[str, Any]) -> Match:
         """The count or sum rule this key is a child of; ValueError naming the key if none."""
