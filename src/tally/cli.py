@@ -61,7 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     project = argparse.ArgumentParser(add_help=False)
     project.add_argument(
-        "--template", type=Path, metavar="PATH", help="the project's template (./template.yaml)"
+        "--template",
+        type=Path,
+        metavar="PATH",
+        help="tally's own template: its functions, tables and rules (default: ./template.yaml)",
     )
 
     def command(name: str, summary: str, *, parents: bool = True) -> argparse.ArgumentParser:
@@ -87,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         dest="table_template",
         metavar="PATH",
-        help="with up: the counted table from your own template (default: template.yaml's)",
+        help="with up: your application's template, whose table the local stack counts "
+        "(default: the table tally's own template.yaml declares)",
     )
     local.add_argument(
         "--table-id",
