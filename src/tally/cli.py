@@ -421,24 +421,24 @@ def _audit(options: argparse.Namespace) -> int:
         export = None
         if options.export is not None:
             export = _read_export(options.export, options.export_of_another_table)
-        checker = runtime.reconciler()
+        reconciler = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
-        checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
+        reconciler.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
         alerting = options.repair or options.alert
         # A dry run's findings are shown to the operator, not recorded or published.
-        checker.alerting = alerting
+        reconciler.alerting = alerting
         if export is not None:
             from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
 
             try:
-                report = duckdb_audit(checker, export, rule=rule)
+                report = duckdb_audit(reconciler, export, rule=rule)
             except DuckDBMissing as error:
                 raise Failure(str(error)) from None
         else:
             scanning = options.parent is None and not options.json
             with console.progress("audit: items scanned", total, enabled=scanning) as advance:
                 report = full_audit(
-                    checker,
+                    reconciler,
                     rule=rule,
                     parent=options.parent,
                     segments=options.segments,
@@ -447,7 +447,7 @@ def _audit(options: argparse.Namespace) -> int:
                         "audit: parentless children and sequences are judged a grace period later"
                     ),
                 )
-        findings = checker.log
+        findings = reconciler.log
         if options.parent is not None and not findings:
             _parent_exists(rules, options.parent)
     if options.json:

@@ -259,9 +259,9 @@ def _final_audit() -> Any:
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
 
-    checker = runtime.reconciler()
-    checker.policy = RepairPolicy(dry_run=True)
-    return full_audit(checker)
+    reconciler = runtime.reconciler()
+    reconciler.policy = RepairPolicy(dry_run=True)
+    return full_audit(reconciler)
 
 
 def _inbox(stack: LocalStack, state_dir: Path) -> list[dict[str, Any]]:
