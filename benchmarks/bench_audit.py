@@ -46,13 +46,15 @@ from tally.aws import RETRY_CONFIG
 from tally.local.dynamodb_local import (
     VERSION,
     DynamoDBLocal,
-    endpoint_from_env,
     local_client_kwargs,
 )
 from tally.local.moto_server import moto_server
 from tally.local.template import create_table, create_table_kwargs, load_template, template_path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.harness, as in benchmarks/live_faults.py
+from tests.harness.endpoints import endpoint_from_env  # noqa: E402
+
 RULES_FILE = REPO / "src" / "rules.toml"
 SIZES = (100_000, 1_000_000)
 LOAD_THREADS = 8

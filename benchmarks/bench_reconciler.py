@@ -41,7 +41,6 @@ from tally.dynamodb import serialize
 from tally.local.dynamodb_local import (
     VERSION,
     DynamoDBLocal,
-    endpoint_from_env,
     local_client_kwargs,
 )
 from tally.local.moto_server import moto_server
@@ -57,6 +56,9 @@ from tally.streams import StreamReader, stream_arn
 from tally.writers.tallies import TallyWriter
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.harness, as in benchmarks/live_faults.py
+from tests.harness.endpoints import endpoint_from_env  # noqa: E402
+
 RULE = "likes"
 BATCH = 100
 WRITER_THREADS = 4

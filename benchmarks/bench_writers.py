@@ -26,7 +26,6 @@ from tally.aws import RETRY_CONFIG
 from tally.local.dynamodb_local import (
     VERSION,
     DynamoDBLocal,
-    endpoint_from_env,
     local_client_kwargs,
 )
 from tally.local.template import create_table, load_template, template_path
@@ -34,6 +33,9 @@ from tally.rules import CollectionMembers, RuleSet, SequenceRule, load_rules
 from tally.writers.sequences import SequenceAllocator, Strategy
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.harness, as in benchmarks/live_faults.py
+from tests.harness.endpoints import endpoint_from_env  # noqa: E402
+
 RULE = "issue-numbers"
 BLOCK = 25
 # (label, strategy, numbers per call); gapless is the baseline every ratio is taken against.

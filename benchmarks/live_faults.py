@@ -39,11 +39,12 @@ for _name, _value in {
 }.items():
     os.environ.setdefault(_name, _value)
 
-from tally.local.dynamodb_local import DynamoDBLocal, endpoint_from_env  # noqa: E402
+from tally.local.dynamodb_local import DynamoDBLocal  # noqa: E402
 from tally.local.functions import parameter_defaults  # noqa: E402
 from tally.local.moto_server import moto_server  # noqa: E402
 from tally.local.template import load_template, template_path  # noqa: E402
 from tally.rules import load_rules  # noqa: E402
+from tests.harness.endpoints import endpoint_from_env  # noqa: E402
 from tests.harness.live import (  # noqa: E402
     LIFECYCLE,
     LiveRun,

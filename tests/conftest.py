@@ -14,8 +14,9 @@ import hypothesis
 import pytest
 from botocore.config import Config
 
-from tally.local.dynamodb_local import DynamoDBLocal, endpoint_from_env, local_client_kwargs
+from tally.local.dynamodb_local import DynamoDBLocal, local_client_kwargs
 from tally.local.template import create_table, load_template, template_path
+from tests.harness.endpoints import endpoint_from_env
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 

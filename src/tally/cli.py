@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import json
 import math
-import os
-import stat
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -23,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from tally import console, targets
+from tally.cli_options import EPILOG, named_file, rules_file, rules_option, target_options
+from tally.cli_rules import register as register_rules
 from tally.console import Failure, UsageError
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
 from tally.rules import load_rules
 
-EPILOG = "exit codes: 0 clean, 1 findings or failure, 2 usage"
 MAX_SEGMENTS = 64
 
 
@@ -64,7 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     project = argparse.ArgumentParser(add_help=False)
     project.add_argument(
-        "--template", type=Path, metavar="PATH", help="the project's template (./template.yaml)"
+        "--template",
+        type=Path,
+        metavar="PATH",
+        help="tally's own template: its functions, tables and rules (default: ./template.yaml)",
     )
 
     def command(name: str, summary: str, *, parents: bool = True) -> argparse.ArgumentParser:
@@ -196,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
         "otherwise; its findings are judged against the target's live table)",
     )
     audit.add_argument("--json", action="store_true", help="the report and findings as JSON")
-    _target(audit)
+    target_options(audit)
     audit.set_defaults(run=_audit)
 
     export = command("export", "write the table in DynamoDB's export layout")
@@ -213,7 +214,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--json", action="store_true", help="the export's directory, id and item count as JSON"
     )
-    _target(export)
+    target_options(export)
     export.set_defaults(run=_export)
 
     alerts = command("alerts", "alerts the local stack's subscriber received")
@@ -222,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     alerts.set_defaults(run=_alerts)
 
     replay = command("replay", "re-verify the batches on the stream's on-failure queue")
-    _target(replay)
+    target_options(replay)
     replay.set_defaults(run=_replay)
 
     invoke = command("invoke", "invoke a template function in process on the local stack")
@@ -231,9 +232,7 @@ def _parser() -> argparse.ArgumentParser:
     rules_option(invoke)
     invoke.set_defaults(run=_invoke)
 
-    from tally.cli_rules import register
-
-    register(commands)
+    register_rules(commands)
 
     from tally.local.examples import EXAMPLES
 
@@ -273,11 +272,6 @@ def _version() -> str:
         return version("tally-reconciler")
     except PackageNotFoundError:
         return "(not installed)"
-
-
-def _target(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stack", metavar="NAME", help="a deployed stack (default: local stack)")
-    rules_option(parser)
 
 
 def _segments(text: str) -> int:
@@ -324,46 +318,6 @@ def parse_key(text: str) -> dict[str, str]:
             raise ValueError(f"{name} is given twice")
         key[name] = value
     return key
-
-
-def rules_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--rules",
-        type=Path,
-        metavar="PATH",
-        help="the rules file (default: $RULES_FILE, else the local stack's, else the bundled ones)",
-    )
-
-
-def rules_file(options: argparse.Namespace) -> Path | None:
-    """The rules file the user named (``--rules``, else ``RULES_FILE``), or None.
-
-    UsageError when it names no file (missing, a directory, a symlink loop).
-    """
-    if given := getattr(options, "rules", None):
-        return named_file(given, "--rules")
-    if from_environment := os.environ.get("RULES_FILE"):
-        return named_file(Path(from_environment), "RULES_FILE=")
-    return None
-
-
-def named_file(path: Path, option: str) -> Path:
-    """``path`` resolved, when it names something to read; UsageError saying what it names."""
-    shown = f"{option}{path}" if option.endswith("=") else f"{option} {path}"
-    try:
-        resolved = path.resolve()
-        mode = resolved.stat().st_mode
-    except RuntimeError:  # Python 3.11's resolve() on a symlink loop
-        raise UsageError(f"{shown}: a symlink loop") from None
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise UsageError(f"{shown}: a symlink loop") from None
-        if error.errno in (errno.ENOENT, errno.ENOTDIR):
-            raise UsageError(f"{shown}: no such file") from None
-        raise UsageError(f"{shown}: {error.strerror or error}") from None
-    if stat.S_ISDIR(mode):
-        raise UsageError(f"{shown}: a directory, not a file")
-    return resolved
 
 
 # --- local stack and pump ---------------------------------------------------------------
@@ -504,24 +458,24 @@ def _audit(options: argparse.Namespace) -> int:
         export = None
         if options.export is not None:
             export = _read_export(options.export, options.export_of_another_table)
-        checker = runtime.reconciler()
+        reconciler = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
-        checker.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
+        reconciler.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
         alerting = options.repair or options.alert
         # A dry run's findings are shown to the operator, not recorded or published.
-        checker.alerting = alerting
+        reconciler.alerting = alerting
         if export is not None:
             from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
 
             try:
-                report = duckdb_audit(checker, export, rule=rule)
+                report = duckdb_audit(reconciler, export, rule=rule)
             except DuckDBMissing as error:
                 raise Failure(str(error)) from None
         else:
             scanning = options.parent is None and not options.json
             with console.progress("audit: items scanned", total, enabled=scanning) as advance:
                 report = full_audit(
-                    checker,
+                    reconciler,
                     rule=rule,
                     parent=options.parent,
                     segments=options.segments,
@@ -530,7 +484,7 @@ def _audit(options: argparse.Namespace) -> int:
                         "audit: parentless children and sequences are judged a grace period later"
                     ),
                 )
-        findings = checker.log
+        findings = reconciler.log
         if options.parent is not None and not findings:
             _parent_exists(rules, options.parent)
     if options.json:

@@ -11,7 +11,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally import targets
-from tally.cli import EPILOG, _target, rules_file, rules_option
+from tally.cli_options import EPILOG, rules_file, rules_option, target_options
 from tally.console import Failure
 from tally.rules import RulesFileError, load_rules
 
@@ -48,7 +48,7 @@ def register(commands: Any) -> None:
         "without a counter or with one that is not a number, items no rule counts; "
         "exits 1 when it flags anything.",
     )
-    _target(check)
+    target_options(check)
     check.add_argument("--sample", type=_positive, default=1000, help="items to scan (1000)")
     check.add_argument("--json", action="store_true", help="the report as JSON")
     check.set_defaults(run=_check)
@@ -60,7 +60,7 @@ def register(commands: Any) -> None:
         "sum or highest number of their items, as a rules file to review; exits 1 when it "
         "finds none.",
     )
-    _target(suggest)
+    target_options(suggest)
     suggest.add_argument("--sample", type=_positive, default=200, help="items to scan (200)")
     suggest.add_argument(
         "--json", action="store_true", help="the proposals and the rules file as JSON"

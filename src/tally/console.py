@@ -38,7 +38,7 @@ from tally.reconciler.findings import Finding, Off
 from tally.rules import RulesFileError
 from tally.settings import SettingsError
 
-OK, FAILED, USAGE = 0, 1, 2
+FAILED, USAGE = 1, 2
 
 # Piped output is not wrapped at 80 columns: a table row stays one line for grep and diff.
 _PIPED_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 240

@@ -1,14 +1,12 @@
 """DynamoDB primitives shared by writers and reconciler: (de)serializing, expression names,
-and running one ``TransactWriteItems`` with idempotency tokens, conflict retries and
-cancellation reasons."""
+and running one ``TransactWriteItems`` with the caller's ``ClientRequestToken``, conflict retries
+and cancellation reasons."""
 
 from __future__ import annotations
 
-import json
 import random
 import time
-import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, cast
@@ -50,7 +48,6 @@ class Deserializer(TypeDeserializer):
 
 _SERIALIZER = TypeSerializer()
 _DESERIALIZER = Deserializer()  # numbers read exactly, 1E+38 and up included
-_TOKEN_NAMESPACE = uuid.UUID("5d0f1c7e-6a4b-4c59-9a52-2f6b1e0c7a11")
 # Cancellation codes that say "try the same thing again", not "your condition failed".
 _TRANSIENT = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 
@@ -73,25 +70,14 @@ class TransactionFailedError(RuntimeError):
         self.attempts = attempts
 
 
-def client_request_token(operation: str, table: str, key: Mapping[str, Any], basis: Any) -> str:
-    """A deterministic ``ClientRequestToken`` (36 chars) for this operation on this key.
-
-    ``basis`` is the caller's idempotency key, or the request's own content when there is
-    none, so the same logical request always maps to the same token within DynamoDB's
-    10-minute idempotency window.
-    """
-    text = json.dumps([operation, table, key, basis], sort_keys=True, default=str)
-    return str(uuid.uuid5(_TOKEN_NAMESPACE, text))
-
-
 @dataclass(frozen=True)
 class Backoff:
     """Bounded retries: full jitter for transaction conflicts, short rounds for lost races.
 
     A conflict says "someone is busy here": back off. A lost optimistic round (the counter
     moved since it was read) says "someone made progress" and brings the fresh value, so
-    the next round starts at once; under load (seed 000) losing rounds is normal, hence
-    the generous bound that only stops a livelock.
+    the next round starts at once; with many writers on one gapless counter, losing
+    rounds is normal, hence the generous bound that only stops a livelock.
     """
 
     attempts: int = 16
@@ -158,6 +144,17 @@ def transact(
             continue
         return Committed(replayed=_is_replay(response), attempts=attempt)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def conditional(write: Callable[[], Any]) -> bool:
+    """Run one conditional write; False when its condition failed (DynamoDB wrote nothing)."""
+    try:
+        write()
+    except ClientError as error:
+        if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
 
 
 def _is_replay(response: Mapping[str, Any]) -> bool:

@@ -66,6 +66,11 @@ def record(store: AuditStore, finding: Finding) -> None:
     assert store.enqueue([store.finding_put(finding)])
 
 
+def record_repair(store: AuditStore, finding: Finding, repair: Repair) -> None:
+    """Log a repair outcome alone, as the repair's own transaction logs it."""
+    assert store.enqueue([store.repair_put(finding, repair)])
+
+
 def items(client: Any) -> list[dict[str, Any]]:
     return list(client.scan(TableName=TABLE, ConsistentRead=True)["Items"])
 
@@ -99,7 +104,7 @@ def test_findings_come_back_newest_first_with_parsed_bodies(store: AuditStore) -
     gap = drift(3, 5, kind="gap", number=4, detected_at="2024-05-03T10:00:00.000Z", repair=void)
     for finding in (old, gap, new):
         record(store, finding)
-    store.record_repair(old, Repair("skipped", "rule is alert-only"))
+    record_repair(store, old, Repair("skipped", "rule is alert-only"))
 
     found = store.findings()
     assert [f["body"] for f in found] == [gap.body(), new.body(), old.body()]
@@ -126,7 +131,7 @@ def test_findings_and_repairs_follow_scan_pages(client: Any, clock: Clock) -> No
     store = AuditStore(OnePerPage(client), TABLE, clock)
     for stored in range(6, 10):
         record(store, drift(stored, 5))
-        store.record_repair(drift(stored, 5), Repair("skipped", "alert-only"))
+        record_repair(store, drift(stored, 5), Repair("skipped", "alert-only"))
 
     assert sorted(f["stored"] for f in store.findings()) == [6, 7, 8, 9]
     assert len(store.repairs()) == 4
@@ -232,9 +237,9 @@ def test_a_repair_log_commits_with_its_repair_and_only_once(store: AuditStore, c
 def test_repairs_without_a_table_write_are_logged_newest_first(
     store: AuditStore, clock: Clock
 ) -> None:
-    store.record_repair(drift(), Repair("dry_run", "dry run", Decimal(7), Decimal(5)))
+    record_repair(store, drift(), Repair("dry_run", "dry run", Decimal(7), Decimal(5)))
     clock.now += 1.5
-    store.record_repair(drift(), Repair("disabled", "kill switch is on"))
+    record_repair(store, drift(), Repair("disabled", "kill switch is on"))
 
     logged = store.repairs()
     assert [(r["status"], r["before"], r["after"]) for r in logged] == [

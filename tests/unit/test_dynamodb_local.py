@@ -15,12 +15,12 @@ from tally.local.dynamodb_local import (
     UPSTREAM_SHA256,
     DynamoDBLocal,
     DynamoDBLocalUnavailable,
-    endpoint_from_env,
     ensure_installed,
     install_dir,
     install_from_tarball,
     local_client_kwargs,
 )
+from tests.harness.endpoints import endpoint_from_env
 
 FAKE_JAR = b"not really a jar"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ PACKAGE = Path(tally.__file__).parent
 FLOORS = ["ground", "writers", "reconciler", "handlers", "local", "cli"]
 GROUND = {
     "rules",
+    "rules_model",
     "rules_validation",
     "key_patterns",
     "stream_filter",
@@ -30,8 +31,9 @@ GROUND = {
     "numbers",
     "streams",
     "observability",
+    "timefmt",
 }
-CLI = {"cli", "cli_rules", "rules_check", "rules_suggest", "console", "targets"}
+CLI = {"cli", "cli_options", "cli_rules", "rules_check", "rules_suggest", "console", "targets"}
 # What the Lambda layer installs (layer/requirements.txt) or the Python runtime provides.
 LAMBDA_PACKAGES = {"aws_lambda_powertools", "pydantic", "boto3", "botocore"}
 
@@ -56,13 +58,17 @@ def floor(module: str) -> str:
     raise AssertionError(f"{module} belongs to no floor: add it to the floors above")
 
 
-def imports(module: str) -> Iterator[tuple[int, str]]:
+def imports(module: str, *, packages: bool = True) -> Iterator[tuple[int, str]]:
     """(line, imported module) for every import in the module, lazy ones included."""
     package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
-    yield from imports_in(MODULES[module].read_text(encoding="utf-8"), package)
+    source = MODULES[module].read_text(encoding="utf-8")
+    yield from imports_in(source, package, packages=packages)
 
 
-def imports_in(source: str, package: str) -> Iterator[tuple[int, str]]:
+def imports_in(source: str, package: str, *, packages: bool = True) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import; ``packages=False`` leaves out the package of a
+    ``from package import module`` that names modules only (importing any module loads its
+    package, so that is no choice the importer made)."""
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -72,11 +78,12 @@ def imports_in(source: str, package: str) -> Iterator[tuple[int, str]]:
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            yield node.lineno, base
             # `from tally import cli` imports a module, not a name
-            for alias in node.names:
-                if f"{base}.{alias.name}" in MODULES:
-                    yield node.lineno, f"{base}.{alias.name}"
+            modules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
+            if packages or len(modules) < len(node.names):
+                yield node.lineno, base
+            for module in modules:
+                yield node.lineno, module
 
 
 def test_every_module_has_a_floor() -> None:
@@ -124,3 +131,52 @@ def test_the_walk_catches_lazy_and_relative_climbs() -> None:
     assert climbs(source, "tally.handlers.audit") == ["tally.local", "tally.local.stack"]
     assert climbs("import tally.cli\n", "tally.reconciler.replay") == ["tally.cli"]
     assert climbs("from tally.streams import StreamReader\n", "tally.reconciler.replay") == []
+
+
+def circles(graph: Mapping[str, set[str]]) -> list[list[str]]:
+    """Each group of modules that import one another, directly or through others (Tarjan)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            group = []
+            while (member := stack.pop()) != module:
+                group.append(member)
+            if group:
+                found.append(sorted([module, *group]))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return sorted(found)
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {
+        module: {t for _, t in imports(module, packages=False) if t in MODULES and t != module}
+        for module in MODULES
+    }
+
+
+def test_no_modules_import_each_other() -> None:
+    """Imports go one way, lazy ones included: no two modules import each other, directly or
+    through a chain of others."""
+    found = circles(import_graph())
+    assert not found, "modules that import each other: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_circle_walk_finds_direct_and_chained_circles() -> None:
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+    assert circles(graph) == [["a", "b"], ["c", "d", "e"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

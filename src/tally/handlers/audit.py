@@ -8,18 +8,18 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.observability import logger, metrics, tracer
+from tally.reconciler import runtime
 from tally.reconciler.full_audit import full_audit
-from tally.reconciler.runtime import emit_metrics, reconciler
 
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    checker = reconciler()
+    reconciler = runtime.reconciler()
     # Sequences go through the recheck queue, so their grace period protects fresh numbers.
-    report = full_audit(checker, rule=event.get("rule"), defer_sequences=True)
+    report = full_audit(reconciler, rule=event.get("rule"), defer_sequences=True)
     logger.info("full audit", extra={"report": report.as_json()})
     metrics.add_metric(name="AuditItemsScanned", unit=MetricUnit.Count, value=report.items_scanned)
-    emit_metrics(checker)
+    runtime.emit_metrics(reconciler)
     return report.as_json()

@@ -12,9 +12,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.observability import logger, metrics, tracer
+from tally.reconciler import runtime
 from tally.reconciler.candidates import parse_candidate
 from tally.reconciler.full_audit import Audit, audited_rules
-from tally.reconciler.runtime import emit_metrics, reconciler
 
 
 @logger.inject_lambda_context
@@ -24,12 +24,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     rows = event.get("Items")
     if not isinstance(rows, list):
         raise ValueError("bad candidate batch: Items: a list of query rows is required")
-    checker = reconciler()
-    candidates = [parse_candidate(row, checker.rules) for row in rows]
-    audit = Audit(checker, audited_rules(checker), "athena")
+    reconciler = runtime.reconciler()
+    candidates = [parse_candidate(row, reconciler.rules) for row in rows]
+    audit = Audit(reconciler, audited_rules(reconciler), "athena")
     audit.check_candidates(candidates, defer=True)
     report = audit.finish()
     logger.info("audit candidates checked", extra={"report": report.as_json()})
     metrics.add_metric(name="AuditCandidates", unit=MetricUnit.Count, value=report.candidates)
-    emit_metrics(checker)
+    runtime.emit_metrics(reconciler)
     return report.as_json()

@@ -14,8 +14,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.observability import logger, metrics, tracer
+from tally.reconciler import runtime
 from tally.reconciler.rechecks import parse_recheck
-from tally.reconciler.runtime import emit_metrics, reconciler
 
 processor = BatchProcessor(event_type=EventType.SQS)
 
@@ -24,15 +24,15 @@ processor = BatchProcessor(event_type=EventType.SQS)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    checker = reconciler()  # one repair budget for the whole batch of rechecks
+    reconciler = runtime.reconciler()  # one repair budget for the whole batch of rechecks
 
     def record_handler(record: SQSRecord) -> None:
         recheck = parse_recheck(record.body)
         logger.info("recheck", extra={"rule": recheck.rule, "key": recheck.key})
-        checker.recheck(recheck)
+        reconciler.recheck(recheck)
 
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
-    emit_metrics(checker)
+    runtime.emit_metrics(reconciler)
     return response

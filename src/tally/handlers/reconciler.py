@@ -12,7 +12,7 @@ from typing import Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.observability import logger, metrics, tracer
-from tally.reconciler.runtime import emit_metrics, reconciler
+from tally.reconciler import runtime
 from tally.reconciler.verification import Deadline
 
 
@@ -20,11 +20,11 @@ from tally.reconciler.verification import Deadline
 @tracer.capture_lambda_handler
 @metrics.log_metrics(capture_cold_start_metric=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    checker = reconciler()
+    reconciler = runtime.reconciler()
     deadline = Deadline(lambda: context.get_remaining_time_in_millis() / 1000)
     records = event.get("Records") if isinstance(event, dict) else None
-    failed = checker.verify_batch(records if isinstance(records, list) else [], deadline)
-    for finding in checker.log:
+    failed = reconciler.verify_batch(records if isinstance(records, list) else [], deadline)
+    for finding in reconciler.log:
         logger.warning(
             "finding",
             extra={
@@ -38,7 +38,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if failed:
         logger.error(
             "groups left for retry",
-            extra={"sequence_numbers": failed, "errors": checker.stats.errors},
+            extra={"sequence_numbers": failed, "errors": reconciler.stats.errors},
         )
-    emit_metrics(checker)
+    runtime.emit_metrics(reconciler)
     return {"batchItemFailures": [{"itemIdentifier": number} for number in failed]}

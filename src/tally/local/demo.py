@@ -192,7 +192,7 @@ def _inject(ddb: Any, table: str, rules: RuleSet) -> list[Fault]:
             ReturnValues="UPDATED_NEW",
         )["Attributes"]["lastIssue"]["N"]
     )
-    # 4. a counter reset to 0 (seed 003's rogue reset)
+    # 4. a counter reset to 0 by a rogue writer
     reset = {"PK": "PROJECT#demo-1", "SK": "COUNTER#ISSUE"}
     highest = int(item(reset["PK"], reset["SK"]).get("lastIssue", 0))
     ddb.update_item(
@@ -260,9 +260,9 @@ def _final_audit() -> Any:
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
 
-    checker = runtime.reconciler()
-    checker.policy = RepairPolicy(dry_run=True)
-    return full_audit(checker)
+    reconciler = runtime.reconciler()
+    reconciler.policy = RepairPolicy(dry_run=True)
+    return full_audit(reconciler)
 
 
 def _inbox(stack: LocalStack, state_dir: Path) -> list[dict[str, Any]]:

@@ -38,11 +38,6 @@ class DynamoDBLocalUnavailable(RuntimeError):
     """DynamoDB Local cannot be installed or started."""
 
 
-def endpoint_from_env() -> str | None:
-    """Return an already-running DynamoDB endpoint configured in the environment."""
-    return os.environ.get("DYNAMODB_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL_DYNAMODB")
-
-
 class LocalClientKwargs(TypedDict, total=False):
     """Keyword arguments for boto3.client/resource against a local endpoint."""
 

@@ -24,9 +24,11 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from tally.timefmt import iso, now_iso
 
 ROOT = "AWSDynamoDB"
 SUMMARY = "manifest-summary.json"
@@ -107,7 +109,7 @@ def write_export(
     treats what it finds as candidates either way.
     """
     table = client.describe_table(TableName=table_name)["Table"]
-    started = _now()
+    started = now_iso()
     export_id = f"{int(time.time() * 1000):014d}-{secrets.token_hex(4)}"
     staging = out / ROOT / f".{export_id}.partial"
     (staging / "data").mkdir(parents=True)
@@ -162,7 +164,7 @@ def _write(
         "version": "2020-06-30",
         "exportArn": f"{table['TableArn']}/export/{export_id}",
         "startTime": started,
-        "endTime": _now(),
+        "endTime": now_iso(),
         "tableArn": table["TableArn"],
         "tableId": table.get("TableId"),
         # Not in AWS's summary: what tells apart two tables of one ARN where there is no id.
@@ -259,10 +261,6 @@ def _write_with_checksum(path: Path, text: str) -> None:
     path.with_suffix(".checksum").write_text(hashlib.md5(data).hexdigest())
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 # --- reading --------------------------------------------------------------------------------
 
 
@@ -352,8 +350,7 @@ def _created(table: Mapping[str, Any]) -> str | None:
     created = table.get("CreationDateTime")
     if not isinstance(created, datetime):
         return None
-    iso = created.astimezone(UTC).isoformat(timespec="milliseconds")
-    return iso.replace("+00:00", "Z")
+    return iso(created, "milliseconds")
 
 
 def read_export(path: Path, *, verify: bool = True) -> Export:

@@ -32,6 +32,7 @@ from typing import Any
 from tally.local.checkpoint import Checkpoint
 from tally.local.sqs_trigger import Invoke, Outage, QueueDepth, QueueTrigger, failed_identifiers
 from tally.streams import StreamReader
+from tally.timefmt import epoch_iso, iso
 
 Say = Callable[[str], None]
 POLLS_PER_SECOND = 4
@@ -543,7 +544,7 @@ def _failure_message(
         },
         "responseContext": context,
         "version": "1.0",
-        "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "timestamp": iso(datetime.now(UTC)),
         "DDBStreamBatchInfo": {
             "shardId": shard_id,
             "startSequenceNumber": first["SequenceNumber"],
@@ -559,4 +560,4 @@ def _failure_message(
 def _iso(epoch: Any) -> str | None:
     if epoch is None:
         return None
-    return datetime.fromtimestamp(float(epoch), UTC).isoformat().replace("+00:00", "Z")
+    return epoch_iso(float(epoch))

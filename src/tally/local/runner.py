@@ -21,7 +21,7 @@ from tally.local.template import load_template, template_path
 from tally.rules import load_rules
 from tally.streams import StreamReader, stream_arn
 
-CHECKPOINT_FILE = "stream-checkpoint.json"
+CHECKPOINT_FILE = local_stack.CHECKPOINT_FILE
 FUNCTION_LOG = local_stack.FUNCTION_LOG
 # Local mode has no X-Ray daemon (`sam local invoke` disables tracing the same way).
 LOCAL_ENVIRONMENT = {"POWERTOOLS_TRACE_DISABLED": "true"}

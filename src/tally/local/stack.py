@@ -35,6 +35,7 @@ from tally.local import processes
 from tally.local.dynamodb_local import JAR_NAME, DynamoDBLocalUnavailable, tail
 from tally.local.dynamodb_local import command as dynamodb_command
 from tally.local.functions import bundled_rules, functions
+from tally.local.inbox import ALERTS_FILE
 from tally.local.template import (
     TemplateResourceError,
     create_table,
@@ -54,6 +55,8 @@ STATE_FILE = "local.json"
 SAM_ENV_FILE = "sam-env.json"
 DYNAMODB_LOG = "dynamodb-local.log"
 MOTO_LOG = "moto.log"
+# Where the local stream pump resumes (tally.local.runner writes it).
+CHECKPOINT_FILE = "stream-checkpoint.json"
 
 # Resource names are "<prefix>-<suffix>": a second stack on a shared DYNAMODB_ENDPOINT
 # (the demo's) takes another prefix and never writes to the first one's tables.
@@ -413,9 +416,6 @@ def down(state_dir: Path, timeout: float = 10.0) -> list[str]:
 
 def _forget(state_dir: Path) -> None:
     """Remove what belonged to a stopped stack: its alerts never show in the next one."""
-    from tally.local.inbox import ALERTS_FILE
-    from tally.local.runner import CHECKPOINT_FILE
-
     for name in (ALERTS_FILE, CHECKPOINT_FILE, SAM_ENV_FILE):
         (state_dir / name).unlink(missing_ok=True)
 

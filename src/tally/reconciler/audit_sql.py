@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from tally.key_patterns import Pattern
 from tally.reconciler.candidates import PROBLEMS
 from tally.rules import (
+    AnyRule,
     AttributeMembers,
     CollectionMembers,
     CountRule,
@@ -40,8 +41,6 @@ from tally.rules import (
     SumRule,
     TableKeys,
 )
-
-AnyRule = CountRule | SumRule | SequenceRule
 
 # Amounts summed exactly: 20 + 9 digits, so a billion of them still fit DECIMAL(38, 9).
 EXACT_AMOUNT = r"^-?[0-9]{1,20}(\.[0-9]{1,9})?$"

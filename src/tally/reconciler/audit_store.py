@@ -11,16 +11,14 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from tally.dynamodb import Backoff, Cancelled, deserialize, serialize, transact
+from tally.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
 from tally.numbers import DYNAMODB
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.protocol.carry import Carry
+from tally.timefmt import epoch_iso
 
 DAY = 86_400
 FINDING_TTL = 90 * DAY
@@ -82,11 +80,6 @@ class AuditStore:
                 "ConditionExpression": "attribute_not_exists(PK)",
             }
         }
-
-    def record_repair(self, finding: Finding, repair: Repair) -> None:
-        """Log a repair outcome that wrote nothing to the table (skipped, dry run, failed...)."""
-        item = serialize(self._repair_item(finding, repair))
-        self.client.put_item(TableName=self.table_name, Item=item)
 
     def findings(self, kind: str | None = None) -> list[dict[str, Any]]:
         """Every stored finding (``body`` parsed), newest first; for the CLI and tests."""
@@ -153,8 +146,8 @@ class AuditStore:
             return False  # the record does not show what the repair wrote
         if item.get("target") != _key_json(key) or shown != written:
             return False
-        try:
-            self.client.update_item(
+        return conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
                 UpdateExpression="SET #seen = :seq",
@@ -162,11 +155,7 @@ class AuditStore:
                 ExpressionAttributeNames={"#seen": "seenSequence"},
                 ExpressionAttributeValues=serialize({":seq": sequence_number}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     # --- the alert outbox and standing findings -----------------------------------------
 
@@ -197,7 +186,7 @@ class AuditStore:
             "SK": _standing_sk(finding),
             "alertKey": finding.alert_key,
             "findingId": finding.finding_id,
-            "alertedAt": _iso(now),
+            "alertedAt": epoch_iso(now, "milliseconds"),
             "remindAt": now + remind_seconds if remind_seconds else NEVER,
             "expiresAt": now + FINDING_TTL,
         }
@@ -262,19 +251,15 @@ class AuditStore:
     def lease_alert(self, alert_id: str) -> bool:
         """Take a pending alert over for publishing; False when another publisher holds it."""
         now = int(self.clock())
-        try:
-            self.client.update_item(
+        return conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize({"PK": OUTBOX_PK, "SK": alert_id}),
                 UpdateExpression="SET leaseUntil = :until",
                 ConditionExpression="attribute_exists(PK) AND leaseUntil < :now",
                 ExpressionAttributeValues=serialize({":now": now, ":until": now + LEASE_SECONDS}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def alert_sent(self, alert_id: str) -> None:
         key = {"PK": OUTBOX_PK, "SK": alert_id}
@@ -318,33 +303,27 @@ class AuditStore:
 
     def advance_watermark(self, rule: str, key: Mapping[str, str], to: int) -> bool:
         """Move the watermark forward to ``to``; False when it already stands there or beyond."""
-        try:
-            self.client.update_item(
+        return conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize(_watermark_key(rule, key)),
                 UpdateExpression="SET watermark = :to",
                 ConditionExpression="attribute_not_exists(watermark) OR watermark < :to",
                 ExpressionAttributeValues=serialize({":to": to}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     def lower_watermark(self, rule: str, key: Mapping[str, str], to: int) -> None:
         """Move the watermark back to ``to``: a number at or below it is no longer held."""
-        try:
-            self.client.update_item(
+        conditional(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize(_watermark_key(rule, key)),
                 UpdateExpression="SET watermark = :to",
                 ConditionExpression="watermark > :to",
                 ExpressionAttributeValues=serialize({":to": to}),
             )
-        except ClientError as error:
-            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
+        )
 
     # --- carries -------------------------------------------------------------------------
 
@@ -399,13 +378,7 @@ class AuditStore:
         if values:
             request["ExpressionAttributeValues"] = serialize(values)
             request["ExpressionAttributeNames"] = {"#remainder": "remainder"}  # reserved word
-        try:
-            self._consumed(self.client.put_item(**request))
-        except ClientError as error:
-            if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return conditional(lambda: self._consumed(self.client.put_item(**request)))
 
     def _consumed(self, response: Mapping[str, Any]) -> None:
         consumed = response.get("ConsumedCapacity") or {}
@@ -415,7 +388,7 @@ class AuditStore:
     # --- helpers -------------------------------------------------------------------------
 
     def _repair_item(self, finding: Finding, repair: Repair) -> dict[str, Any]:
-        at = _iso(self.clock())
+        at = epoch_iso(self.clock(), "milliseconds")
         return {
             "PK": _parent_pk(finding),
             "SK": f"REPAIR#{at}#{finding.finding_id}",
@@ -487,9 +460,3 @@ def _watermark_key(rule: str, key: Mapping[str, str]) -> dict[str, str]:
 
 def _carry_key(rule: str, key: Mapping[str, str]) -> dict[str, str]:
     return {"PK": _pk(rule, key), "SK": "CARRY"}
-
-
-def _iso(epoch: float) -> str:
-    return (
-        datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )

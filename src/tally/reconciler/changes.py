@@ -21,8 +21,10 @@ from typing import Any
 from tally.dynamodb import Deserializer
 from tally.numbers import add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
+from tally.reconciler.protocol.judgement import valid_counter
 from tally.rules import (
     REPAIR_MARKER,
+    AnyRule,
     AttributeMembers,
     CountRule,
     IndexMembers,
@@ -36,8 +38,6 @@ from tally.rules import (
 TTL_PRINCIPAL = "dynamodb.amazonaws.com"
 _DESERIALIZER = Deserializer()
 _MISSING = object()
-
-AnyRule = CountRule | SumRule | SequenceRule
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def _fold_parent(
     if before == after:
         return  # the counter did not move: nothing to balance
     group.evidence.append(evidence)
-    if not _valid_counter(rule, after):
+    if not valid_counter(rule, after, absent=_MISSING):
         group.invalid.append(Invalid(keys, rule.counter, shown(after), evidence))
         return
     # An absent counter reads as 0: a writer (or a rogue) may REMOVE it or put the item anew.
@@ -385,16 +385,6 @@ def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | 
     if isinstance(number, Decimal) and number.is_finite() and number == int(number) > 0:
         return int(number)
     return None
-
-
-def _valid_counter(rule: AnyRule, value: Any) -> bool:
-    if value is _MISSING:
-        return True  # an absent counter reads as 0
-    if not isinstance(value, Decimal) or not value.is_finite():
-        return False
-    if isinstance(rule, SumRule):
-        return True
-    return value >= 0 and value == value.to_integral_value()
 
 
 def _amount(image: Mapping[str, Any], attribute: str) -> Decimal | None:

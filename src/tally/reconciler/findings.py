@@ -10,7 +10,7 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ from boto3.dynamodb.types import Binary
 
 from tally.numbers import NULL, subtract
 from tally.reconciler.protocol.judgement import Kind
+from tally.timefmt import epoch_iso, iso, now_iso
 
 RepairStatus = Literal["applied", "skipped", "failed", "dry_run", "disabled"]
 Severity = Literal["info", "warning", "critical"]
@@ -219,10 +220,9 @@ def timestamp(value: Any) -> str | None:
     """
     try:
         if isinstance(value, datetime):
-            return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            return iso(value)
         if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
-            moment = datetime.fromtimestamp(float(value), UTC)
-            return moment.isoformat().replace("+00:00", "Z")
+            return epoch_iso(float(value))
     except (ArithmeticError, ValueError, OverflowError, OSError):
         return None
     return None
@@ -246,10 +246,6 @@ def shown(value: Any) -> Any:
     unit = "characters" if isinstance(value, str) else "bytes" if kind == "binary" else "entries"
     size = len(value) if hasattr(value, "__len__") else 0
     return f"{kind} of {size} {unit}"
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _plain(value: Any) -> Any:

@@ -33,10 +33,17 @@ from tally.reconciler.candidates import Candidate
 from tally.reconciler.findings import Off
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.verification import Reconciler
-from tally.rules import AttributeMembers, CountRule, IndexMembers, Key, SequenceRule, SumRule
+from tally.rules import (
+    AnyRule,
+    AttributeMembers,
+    CountRule,
+    IndexMembers,
+    Key,
+    SequenceRule,
+    SumRule,
+)
 
 Progress = Callable[[int], None]
-AnyRule = CountRule | SumRule | SequenceRule
 # Parents waiting between the scanning threads and the recount: bounded, like the rest.
 _QUEUE_SIZE = 1000
 # A 1 MB page of small items parses into tens of MB of Python objects, per segment.

@@ -14,9 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from tally.dynamodb import deserialize, serialize
+from tally.dynamodb import conditional, deserialize, serialize
 from tally.reconciler.changes import LedgerChange
 from tally.rules import Key, SequenceRule
 
@@ -103,11 +101,11 @@ class MemberLedger:
         }
         if not only_new:
             request["ExpressionAttributeValues"] = serialize({":seq": seq})
-        return _conditional(lambda: self.client.put_item(**request))
+        return conditional(lambda: self.client.put_item(**request))
 
     def _drop(self, rule: SequenceRule, counter: Key, item: Mapping[str, Any]) -> bool:
         key = _ledger_key(rule, counter, int(item["number"]), dict(item["member"]))
-        return _conditional(
+        return conditional(
             lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize(key),
@@ -127,16 +125,6 @@ class MemberLedger:
             ConsistentRead=True,
         )
         return [deserialize(raw) for page in pages for raw in page["Items"]]
-
-
-def _conditional(write: Callable[[], Any]) -> bool:
-    try:
-        write()
-    except ClientError as error:
-        if error.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return False
-        raise
-    return True
 
 
 def _key_json(key: Mapping[str, str]) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tally.reconciler.findings import Repair
-from tally.rules import CountRule, SequenceRule, SumRule
+from tally.rules import AnyRule
 
 
 @dataclass
@@ -21,13 +21,11 @@ class RepairPolicy:
     # Item collections are verified concurrently: the budget is taken under this lock.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def writes(self, rule: CountRule | SumRule | SequenceRule) -> bool:
+    def writes(self, rule: AnyRule) -> bool:
         """Whether a repair of this rule could be written now (budget aside)."""
         return rule.repair == "auto" and self.enabled and not self.dry_run
 
-    def verdict(
-        self, rule: CountRule | SumRule | SequenceRule, before: Any, after: Any
-    ) -> Repair | None:
+    def verdict(self, rule: AnyRule, before: Any, after: Any) -> Repair | None:
         """None: go ahead and write. Otherwise the outcome that stands instead of a write."""
         if rule.repair != "auto":
             return Repair("skipped", f"rule {rule.name!r} repair mode is {rule.repair!r}")

@@ -26,6 +26,7 @@ from tally.numbers import NULL, add, number
 from tally.reconciler.protocol.judgement import ParentState, Tally
 from tally.rules import (
     REPAIR_MARKER,
+    AnyRule,
     AttributeMembers,
     CollectionMembers,
     CountRule,
@@ -37,7 +38,6 @@ from tally.rules import (
     SumRule,
 )
 
-AnyRule = CountRule | SumRule | SequenceRule
 VoidOutcome = Literal["written", "arrived", "gone"]
 DecrementOutcome = Literal["applied", "replayed", "refused"]
 # A member as read: its number, its key, and whether it is a VOID tombstone.

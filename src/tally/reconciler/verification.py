@@ -1,4 +1,4 @@
-"""The verification protocol (docs/verification.md), top to bottom in DESIGN's order.
+"""The verification protocol, top to bottom in the order docs/verification.md describes it.
 
 1. Fast path: a group whose counter deltas equal its child deltas proves itself; no read.
    Carry: a hot parent's remainder waits in the audit table for the batch that cancels it

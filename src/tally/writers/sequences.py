@@ -1,10 +1,11 @@
-"""Auto-increment numbers by the seeds' strategies, behind one ``allocate`` call.
+"""Auto-increment numbers by four strategies, behind one ``allocate`` call.
 
-- ``atomic`` (seeds 001, 003): ADD to the counter and take the new value, then put the
-  member. Cheapest, but a crash between the two steps leaves a gap (the reconciler voids it).
-- ``gapless`` (seed 000): consistent read of the counter, then one transaction of the counter
-  update conditioned on the value read and the member put conditioned on absence.
-- ``sortkey`` (seeds 001, 002): query the highest member, put the next one conditionally,
+- ``atomic``: ADD to the counter and take the new value, then put the member. Cheapest,
+  but a crash between the two steps leaves a gap (the reconciler voids it).
+- ``gapless`` (a counter under an optimistic lock): consistent read of the counter, then one
+  transaction of the counter update conditioned on the value read and the member put
+  conditioned on absence.
+- ``sortkey`` (numbers as sort keys): query the highest member, put the next one conditionally,
   retry with +1; the counter follows in the same transaction.
 - ``block``: ``gapless`` for k consecutive numbers and their k members in one transaction.
 
@@ -266,7 +267,7 @@ class SequenceAllocator:
                 if request.keyed and (record := self.guards.taken(cancelled, 2)):
                     return self._replay(request.keyed, record)
                 if cancelled.failed(0):
-                    number += 1  # lost the race for this number: try the next (seed 001)
+                    number += 1  # lost the race for this number: try the next
                 if cancelled.failed(1):
                     # The counter moved: numbers up to it are claimed.
                     current = self._counter_value(request, old_item(cancelled, 1))

@@ -1,4 +1,5 @@
-"""Count and sum writers (seed 004): the child write and the counter bump in one transaction.
+"""Count and sum writers (reference counts): the child write and the counter bump in one
+transaction.
 
 Every call reports what it did. Each transaction carries a fresh ``ClientRequestToken``:
 botocore's retry of it after a lost response is a replay of the same commit, and a repeated

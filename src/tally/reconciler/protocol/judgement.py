@@ -109,10 +109,11 @@ def drifted(rule: TallyRule, parent: ParentState, tally: Tally) -> bool:
     return judge(rule, parent, tally) is not None
 
 
-def valid_counter(rule: TallyRule | SequenceRule, value: Any) -> bool:
-    """A value a repair may write over: absent (reads as 0), or a finite number, whole and
-    not negative unless the rule sums amounts."""
-    if value is None:
+def valid_counter(rule: TallyRule | SequenceRule, value: Any, absent: Any = None) -> bool:
+    """A counter the rule allows (a value a repair may write over): a finite number, whole
+    and not negative unless the rule sums amounts; ``absent`` (the caller's marker for a
+    missing attribute) reads as 0."""
+    if value is absent:
         return True
     if not isinstance(value, Decimal) or not value.is_finite():
         return False
