@@ -122,7 +122,9 @@ def type_name(value: Any) -> str:
         return "N"
     if isinstance(value, str):
         return "S"
-    if isinstance(value, bytes | bytearray) or isinstance(getattr(value, "value", None), bytes):
+    if isinstance(value, bytes | bytearray) or isinstance(
+        getattr(value, "value", None), bytes | bytearray
+    ):
         return "B"  # bytes, or boto3's Binary wrapping them
     if isinstance(value, list):
         return "L"

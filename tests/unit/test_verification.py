@@ -251,6 +251,42 @@ def test_a_rogue_write_on_a_hot_parent_is_recounted_after_the_window(rig: Rig) -
     assert (carry.remainder, carry.since) == (0, 0)  # what the recount covered is taken off
 
 
+def test_a_carry_recheck_that_overtakes_its_carrys_write_comes_back(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recheck is sent before the carry is written; one delivered while that write is
+    still under way (throttled, retried) finds no carry yet, and must not be the last."""
+    rig.likes("POST#a91f", count=HOT, tally=HOT + 40)  # the rogue write the record shows
+    checker = rig.reconciler()
+    put_carry = AuditStore.put_carry
+    overtaken: list[int] = []
+
+    def slow_put(store: AuditStore, *args: Any, **kwargs: Any) -> bool:
+        if not overtaken:
+            overtaken.append(rig.run_rechecks(checker))  # delivered before the write lands
+        return put_carry(store, *args, **kwargs)
+
+    monkeypatch.setattr(AuditStore, "put_carry", slow_put)
+    checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 40)])
+    assert overtaken == [1] and checker.log == [] and checker.table.reads.recounts == 0
+    monkeypatch.undo()
+    assert rig.store.carry("likes", POST).remainder == 40
+    assert rig.run_rechecks(checker) == 1  # it came back, and recounts now
+    [finding] = checker.log
+    assert (finding.kind, finding.stored, finding.actual) == ("drift", HOT + 40, HOT)
+    assert rig.run_rechecks(checker) == 0
+
+
+def test_a_carry_recheck_for_a_remainder_cancelled_meanwhile_does_not_come_back(rig: Rig) -> None:
+    rig.likes("POST#a91f", count=HOT, tally=HOT + 1)
+    checker = rig.reconciler()
+    checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 1, seq="10")])
+    checker.verify_batch([like_insert("POST#a91f", "late", seq="11")])  # the other half
+    assert rig.store.carry("likes", POST).remainder == 0
+    assert rig.run_rechecks(checker) == 1
+    assert rig.rechecks() == [] and checker.table.reads.recounts == 0
+
+
 def test_a_replay_recounts_records_the_carry_has_already_passed(rig: Rig) -> None:
     """A failed batch replayed after later batches carried past it is recounted, not taken
     for folded before: the drift it holds is found."""

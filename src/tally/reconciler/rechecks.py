@@ -10,8 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tally.reconciler.protocol.lifecycle import Observed
 
-# An aggregated counter's (stored, actual) at a recount, as text; stored None: no parent.
-
 # SQS refuses a DelaySeconds outside 0..900 (15 minutes).
 MAX_DELAY_SECONDS = 900
 
@@ -19,7 +17,9 @@ MAX_DELAY_SECONDS = 900
 @dataclass(frozen=True)
 class Recheck:
     """Verify ``rule`` on the parent or counter at ``key``; ``counter_seen`` bounds a gap check;
-    ``carry_since`` names the carried remainder to recount (0: none)."""
+    ``carry_since`` names the carried remainder to recount (0: none), ``carry_through`` the
+    last record it folded (0: not known), so a recheck that overtook its carry's write can
+    tell it from one whose remainder was cancelled."""
 
     rule: str
     key: dict[str, str]
@@ -30,6 +30,7 @@ class Recheck:
     # Sequences: the life of the counter item the horizon belongs to (the audit table counts
     # the removals of the counter item); a recheck from an earlier life judges no gap.
     epoch: int = 0
+    carry_through: int = 0
 
 
 class RecheckQueue:
@@ -46,6 +47,8 @@ class RecheckQueue:
             del body["observed"]  # only aggregated counters carry one
         if not recheck.epoch:
             del body["epoch"]  # a sequence whose counter item was never removed
+        if not recheck.carry_through:
+            del body["carry_through"]
         self.sqs.send_message(
             QueueUrl=self.queue_url,
             MessageBody=json.dumps(body, sort_keys=True),
@@ -63,6 +66,7 @@ class _RecheckBody(BaseModel):
     observed: tuple[str | None, str] | None = None
     carry_since: int = Field(default=0, ge=0)
     epoch: int = Field(default=0, ge=0)
+    carry_through: int = Field(default=0, ge=0)
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -83,4 +87,5 @@ def parse_recheck(body: str) -> Recheck:
         parsed.observed,
         parsed.carry_since,
         parsed.epoch,
+        parsed.carry_through,
     )

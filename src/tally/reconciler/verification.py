@@ -75,6 +75,9 @@ SMALL_PARENT = 100
 # Open carries this process knows of, kept across warm invocations (a hint: one forgotten
 # costs a recount after its window, never a finding). Past this many, the hint starts over.
 MAX_OPEN_CARRIES = 10_000
+# How long a carry's write may still land after its recheck was scheduled: the write's
+# bounded retries (3 attempts of at most 3 + 15 s) with room to spare.
+CARRY_WRITE_MS = 60_000
 CarryId = tuple[str, tuple[tuple[str, str], ...]]
 
 
@@ -194,6 +197,7 @@ class Reconciler:
         self._stats = Stats()
         self._local = threading.local()
         self._ledger_lock = threading.Lock()
+        self._stopping = threading.Event()  # set by an interrupt: no further group starts
         self.log: list[Finding] = []
         # Every parent found off, alerted now or standing from before: the audit's whole state.
         self.off: list[Off] = []
@@ -259,8 +263,9 @@ class Reconciler:
                 self._stats.merge(stats)
                 yield outcome
         except BaseException:
-            # An interrupt (a local pump's second Ctrl-C): no collection starts any more; the
-            # ones under way end their group, and the batch is retried as a whole.
+            # An interrupt (a local pump's second Ctrl-C): no collection or group starts any
+            # more; the groups under way end, and the batch is delivered again as a whole.
+            self._stopping.set()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
@@ -279,6 +284,9 @@ class Reconciler:
     ) -> tuple[list[str], bool]:
         failed, looked = [], False
         for group in groups:
+            if self._stopping.is_set():
+                failed.append(group.first_sequence_number)
+                continue
             if deadline is not None and deadline.near():
                 # Better a retried group than a lost partial batch response.
                 failed.append(group.first_sequence_number)
@@ -393,7 +401,13 @@ class Reconciler:
             # runs from the records' stream time: time spent reaching this batch is not added.
             delay = window_left(group.first_at, time.time(), self.carry_seconds)
             self.schedule_recheck(
-                rule, key, 0, "carried remainder", carry_since=carry.since, delay=delay
+                rule,
+                key,
+                0,
+                "carried remainder",
+                carry_since=carry.since,
+                delay=delay,
+                carry_through=carry.through,
             )
         if not self.store.put_carry(rule.name, key, previous, carry):
             return False
@@ -406,11 +420,25 @@ class Reconciler:
             self.stats.consistent += 1
         return True
 
-    def recheck_carry(self, rule: TallyRule, key: Key, since: int) -> bool:
+    def recheck_carry(self, rule: TallyRule, key: Key, since: int, through: int = 0) -> bool:
         """The window passed: recount a remainder nothing cancelled, then take off what the
-        recount covered (the records up to the ``through`` it read). True if it recounted."""
+        recount covered (the records up to the ``through`` it read). True if it recounted.
+
+        The recheck is scheduled before its carry is written: one that finds the carry
+        still short of the records it names (``through``) overtook a slow write, and comes
+        back a window later, for as long as the write could still be under way."""
         seen = self.store.carry(rule.name, key)
         if seen.since != since:
+            if through and seen.through < through and _now_ms() - since < CARRY_WRITE_MS:
+                self.schedule_recheck(
+                    rule,
+                    key,
+                    0,
+                    "carried remainder not written yet",
+                    carry_since=since,
+                    delay=self.carry_seconds,
+                    carry_through=through,
+                )
             return False  # cancelled meanwhile, or a later remainder with its own recheck
         self.verify_parent(rule, key, None, first_seen=seen.first_seen)
         for _ in range(self.settle.attempts):
@@ -756,13 +784,16 @@ class Reconciler:
         observed: Observed | None = None,
         carry_since: int = 0,
         delay: int | None = None,
+        carry_through: int = 0,
     ) -> None:
         if delay is None:
             delay = self._recheck_delay(rule, carry_since)
         epoch = 0
         if isinstance(rule, SequenceRule) and counter_seen:
             epoch = self.store.sequence_state(rule.name, key)[1]  # the horizon's life
-        recheck = Recheck(rule.name, key, counter_seen, reason, observed, carry_since, epoch)
+        recheck = Recheck(
+            rule.name, key, counter_seen, reason, observed, carry_since, epoch, carry_through
+        )
         if self.inline_rechecks is not None and reason in _INLINE_REASONS:
             self.inline_rechecks.append((recheck, delay))  # the full audit waits them out
             return
@@ -810,7 +841,7 @@ class Reconciler:
                 # Never carried; a carry recheck left from before the lag was set is judged too.
                 self.verify_aggregated(rule, key, recheck.observed)
             elif recheck.carry_since:
-                if not self.recheck_carry(rule, key, recheck.carry_since):
+                if not self.recheck_carry(rule, key, recheck.carry_since, recheck.carry_through):
                     return  # nothing left to recount: no read beyond the carry's
             else:
                 self.verify_parent(rule, key, None, observed=recheck.observed)
