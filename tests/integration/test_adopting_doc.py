@@ -7,48 +7,14 @@ right above one says why not
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.test_readme import ROOT, Block, blocks, run
+from tests.integration.test_readme import ROOT, Block, blocks
+from tests.integration.walkthrough import RUNNABLE, commands, run_page, user_env
 
 DOC = ROOT / "docs" / "adopting.md"
 NOT_RUN = re.compile(r"<!-- not run by tests/integration/test_adopting_doc\.py: (.+?) -->\s*$")
-RUNNABLE = {"bash", "sh", "python"}
-
-
-@dataclass(frozen=True)
-class Command:
-    line: int
-    text: str
-    shown: list[str]  # the output lines the page shows under it
-
-
-def commands(block: Block) -> list[Command]:
-    """A console block's `$ ` commands (a trailing backslash continues one) and their output."""
-    found: list[Command] = []
-    lines = block.code.splitlines()
-    index = 0
-    while index < len(lines):
-        if not lines[index].startswith("$ "):
-            found[-1].shown.append(lines[index]) if found else None
-            index += 1
-            continue
-        start, text = index, lines[index][2:]
-        while text.endswith("\\"):
-            index += 1
-            text = text[:-1] + " " + lines[index].strip()
-        found.append(Command(block.line + 1 + start, text, []))
-        index += 1
-    return found
-
-
-def squeezed(text: str) -> str:
-    return " ".join(text.split())
 
 
 def page() -> list[Block]:
@@ -69,42 +35,5 @@ def test_every_block_runs_or_says_why_not() -> None:
 
 
 def test_the_walk_throughs_run_as_written(tmp_path: Path) -> None:
-    prefixes = ("AWS_ENDPOINT_URL", "DYNAMODB", "TABLE_NAME", "AUDIT_TABLE", "TALLY_TEMPLATE")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
-    env.pop("RULES_FILE", None)
-    env["TALLY_STATE_DIR"] = str(tmp_path / "state")
-    # `tally` as the reader's shell finds it: this interpreter's console script.
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    try:
-        for block in page():
-            if block.skipped_because:
-                continue
-            if block.language in RUNNABLE:
-                result = run(block, env)
-                assert result.returncode == 0, (block.line, result.stdout, result.stderr)
-                continue
-            if block.language != "console":
-                continue
-            for command in commands(block):
-                result = subprocess.run(
-                    ["bash", "-euo", "pipefail", "-c", command.text],
-                    env=env,
-                    cwd=ROOT,
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                )
-                said = f"docs/adopting.md line {command.line}: {command.text}\n"
-                assert result.returncode == 0, said + result.stdout + result.stderr
-                assert "Traceback" not in result.stderr, said + result.stderr
-                output = squeezed(result.stdout + "\n" + result.stderr)
-                for line in command.shown:
-                    if line.strip() and line.strip() != "...":
-                        assert squeezed(line) in output, said + f"missing: {line}\n" + output
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "tally.cli", "local", "down"],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-        )
+    ran = run_page("docs/adopting.md", page(), user_env(tmp_path / "state"))
+    assert ran >= 6
