@@ -89,8 +89,6 @@ class Group:
     decreases: list[Evidence] = field(default_factory=list)
     counter_seen: int = 0
     parent_removed: bool = False
-    # The batch created the parent item (an INSERT of it).
-    parent_inserted: bool = False
     ttl_removed: bool = False
     unreadable: int = 0
     invalid: list[Invalid] = field(default_factory=list)
@@ -286,8 +284,6 @@ def _fold_parent(
         group.parent_removed = True
         group.evidence.append(evidence)
         return
-    if event == "INSERT":
-        group.parent_inserted = True
     if before == after:
         return  # the counter did not move: nothing to balance
     group.evidence.append(evidence)

@@ -515,16 +515,6 @@ class Reconciler:
             # children first and the parent next (a BatchWriteItem is no transaction).
             self.look_again(rule, key, finding, "emptied: waiting for a cascade")
             return
-        if (
-            group is not None
-            and self.carry_seconds
-            and lifecycle.born(finding.kind, finding.stored, finding.actual, group.parent_inserted)
-        ):
-            # Created by this batch, counting more than it holds: its children may still be
-            # being written. They are given the carry's window, as a transaction's half is.
-            reason = "born: waiting for its children"
-            self.look_again(rule, key, finding, reason, delay=self.carry_seconds)
-            return
         if self.repair(rule, key, snapshot, finding):
             return
         # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
@@ -562,13 +552,11 @@ class Reconciler:
         finding: Finding,
         reason: str,
         counter_seen: int = 0,
-        delay: int | None = None,
     ) -> None:
         """What a cascade may still change is judged on a second look, ``orphan_grace_seconds``
-        (or ``delay``) later, carrying what this look saw."""
+        later, carrying what this look saw."""
         self.off.append(Off(finding, "unconfirmed"))
-        seen = _observation(finding)
-        delay = rule.orphan_grace_seconds if delay is None else delay
+        seen, delay = _observation(finding), rule.orphan_grace_seconds
         self.schedule_recheck(rule, key, counter_seen, reason, seen, delay=delay)
 
     def settled_recount(
@@ -1143,13 +1131,7 @@ class Reconciler:
 
 
 # Rechecks an inline full audit waits out itself instead of sending them to the queue.
-_INLINE_REASONS = frozenset(
-    {
-        "orphans: waiting for a cascade",
-        "emptied: waiting for a cascade",
-        "born: waiting for its children",
-    }
-)
+_INLINE_REASONS = frozenset({"orphans: waiting for a cascade", "emptied: waiting for a cascade"})
 
 
 def _now_ms() -> int:

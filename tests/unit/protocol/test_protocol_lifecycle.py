@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.protocol.lifecycle import born, emptied, observation, same
+from tally.reconciler.protocol.lifecycle import emptied, observation, same
 
 counters = st.one_of(st.none(), st.integers(-5, 50).map(Decimal))
 actuals = st.integers(0, 50).map(Decimal)
@@ -57,18 +57,3 @@ def test_only_a_batch_of_removals_that_left_no_child_waits_for_a_cascade(
         and bool(seen)
         and set(seen) == {"REMOVE"}
     )
-
-
-@settings(max_examples=1000, deadline=None)
-@given(
-    st.sampled_from(["drift", "ttl_removal", "orphans", "invalid_counter", "unrepresentable"]),
-    counters,
-    st.one_of(actuals, st.text(max_size=3)),
-    st.booleans(),
-)
-def test_only_a_parent_the_batch_created_counting_more_than_it_holds_waits(
-    kind: str, stored: Any, actual: Any, inserted: bool
-) -> None:
-    waits = born(kind, stored, actual, inserted)
-    numbers = isinstance(actual, Decimal)
-    assert waits == (inserted and kind == "drift" and numbers and (stored or Decimal(0)) > actual)

@@ -49,15 +49,3 @@ def emptied(
         and bool(seen)
         and all(event == "REMOVE" for event in seen)
     )
-
-
-def born(kind: str, stored: Any, actual: Any, parent_inserted: bool) -> bool:
-    """A parent the stream batch created, counting more than its children hold: a creation
-    that writes the parent first and its children next (a BatchWriteItem is no transaction)
-    may still be under way, so it is judged on a second look a short while later. A parent
-    counting less than it holds, or one that stood before the batch, is judged at once."""
-    if not parent_inserted or kind != "drift":
-        return False
-    if not isinstance(actual, Decimal) or not isinstance(stored, Decimal | None):
-        return False
-    return (stored if stored is not None else Decimal(0)) > actual
