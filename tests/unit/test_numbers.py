@@ -28,6 +28,7 @@ from tally.numbers import (
     number,
     parse,
     representable,
+    type_name,
 )
 from tally.reconciler.audit_sql import AuditQuery
 from tally.reconciler.changes import group_records
@@ -480,3 +481,10 @@ def test_a_fractional_counter_finding_says_what_is_wrong() -> None:
     assert (finding.kind, finding.stored) == ("invalid_counter", Decimal("2.5"))
     assert "counter 2.5 is not an integer" in finding.detail
     assert "Decimal" not in finding.detail
+
+
+def test_a_binary_of_bytes_or_of_a_bytearray_is_named_b_never_shown() -> None:
+    from boto3.dynamodb.types import Binary
+
+    for value in (b"\x00secret", bytearray(b"secret"), Binary(b"secret"), Binary(bytearray(b"s"))):
+        assert type_name(value) == "B"
