@@ -590,6 +590,20 @@ INVOKE_SUMMARIES: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
+def tally_invoke(
+    function: str, event: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """`tally invoke FUNCTION EVENT` in the checkout, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "tally.cli", "invoke", function, event],
+        env=env,
+        cwd=EVENTS_DIR.parent,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
 @pytest.mark.parametrize("name", sorted(INVOKE_SUMMARIES))
 def test_tally_invoke_says_what_the_handler_did(name: str, local_session: dict[str, str]) -> None:
     session = local_session
@@ -603,21 +617,7 @@ def test_tally_invoke_says_what_the_handler_did(name: str, local_session: dict[s
                 TableName=session["TABLE_NAME"],
                 Item={k: serializer.serialize(v) for k, v in item.items()},
             )
-    invoked = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tally.cli",
-            "invoke",
-            *name.split("/", 1)[:1],
-            f"events/{name}.json",
-        ],
-        env=session,
-        cwd=EVENTS_DIR.parent,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    invoked = tally_invoke(name.split("/", 1)[0], f"events/{name}.json", session)
     assert invoked.returncode == 0, invoked.stderr
     assert "Traceback" not in invoked.stderr
     shown, absent = INVOKE_SUMMARIES[name]
@@ -630,20 +630,8 @@ def test_tally_invoke_says_what_the_handler_did(name: str, local_session: dict[s
 def test_a_writer_api_event_given_to_the_reconciler_is_refused(
     local_session: dict[str, str],
 ) -> None:
-    invoked = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tally.cli",
-            "invoke",
-            "ReconcilerFunction",
-            "events/WriterFunction/api_add_child.json",
-        ],
-        env=local_session,
-        cwd=EVENTS_DIR.parent,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    invoked = tally_invoke(
+        "ReconcilerFunction", "events/WriterFunction/api_add_child.json", local_session
     )
     assert invoked.returncode == 2, invoked.stderr
     assert "is an HTTP API event, not a DynamoDB stream event" in invoked.stderr
