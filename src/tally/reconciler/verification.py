@@ -248,11 +248,11 @@ class Reconciler:
         for groups in collections:
             needs_table = self.concurrency > 1 and not self._needs_no_table(groups)
             (waiting if needs_table else here).append(groups)
-        if len(waiting) <= 1:
-            here += waiting
+        if len(waiting) <= 1:  # one alone gains nothing from a worker either
+            here, waiting = here + waiting, []
         for groups in here:
             yield self._verify_collection(groups, deadline)
-        if len(waiting) <= 1:
+        if not waiting:
             return
         workers = min(self.concurrency, len(waiting))
         pool = ThreadPoolExecutor(workers, thread_name_prefix="verify")
