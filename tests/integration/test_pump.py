@@ -620,3 +620,43 @@ def test_a_factor_outside_1_to_10_is_a_usage_error(
         cli.main(["pump", "--until-idle", "--parallelization", given])
     assert exit.value.code == 2
     assert "--parallelization" in capsys.readouterr().err
+
+
+def test_running_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
+    dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
+) -> None:
+    """As in Lambda, where the recheck function runs beside the stream function: a due
+    recheck does not wait for a stream batch to finish, nor a stream batch for a recheck."""
+    sqs, recheck, _ = queues
+    write(dynamodb, table_name, 1)
+    sqs.send_message(QueueUrl=recheck, MessageBody='{"due": true}')
+    # Each handler waits for the other: only both running at once get past the barrier.
+    both = threading.Barrier(2, timeout=15)
+    met: list[str] = []
+    finished = threading.Event()
+
+    def meet(name: str) -> dict[str, Any]:
+        both.wait()
+        met.append(name)
+        if len(met) == 2:
+            finished.set()
+        return {"batchItemFailures": []}
+
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        lambda event: meet("stream"),  # type: ignore[arg-type]
+        recheck_handler=lambda event: meet("recheck"),
+    )
+    running = threading.Thread(target=pump.forever)
+    running.start()
+    try:
+        finished.wait(timeout=40)
+    finally:
+        pump.stop(signal.SIGINT)
+        running.join(timeout=60)
+    assert not running.is_alive()
+    assert sorted(met) == ["recheck", "stream"]
+    assert pump.report.records == 1 and pump.report.rechecks == 1

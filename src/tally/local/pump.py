@@ -4,7 +4,8 @@ It reads every shard about four times a second, fills batches up to the mapping'
 size or batching window, invokes the handler the template names, and honours the
 mapping's settings: partial batch responses (retry from the first failed record),
 bisection on a function error, a retry limit, and the on-failure queue after it. It also
-feeds the recheck queue's due messages to the recheck handler, as SQS would.
+feeds the recheck queue's due messages to the recheck handler, as SQS would; running, it
+does so beside the stream, as the two functions run side by side in Lambda.
 
 With a ParallelizationFactor N above 1 it runs up to N batches of one shard at once, as
 Lambda does: each record goes to a lane chosen by its item's key (partition and sort key),
@@ -228,6 +229,7 @@ class Pump:
         self._saved = dict(self.settled)
         self.stop_signal: int | None = None
         self._failing = 0  # polls in a row that met an outage
+        self._outages = threading.local()  # per lane: outages it met
         # Lanes run in threads: the report and the settled sequence numbers are shared.
         self._lock = threading.Lock()
         self._done: dict[str, set[str]] = {}  # per shard, records settled this round
@@ -278,11 +280,33 @@ class Pump:
         return self.report
 
     def forever(self) -> None:
-        """Pump until stopped, polling about four times a second."""
+        """Pump until stopped, polling about four times a second.
+
+        The recheck queue is served by a lane of its own, as Lambda runs the recheck function
+        beside the stream function: a due recheck does not wait for a stream batch, nor a
+        batch for a recheck. (``until_idle`` serves both in one loop, so that it judges
+        idleness on one view of the stream and the queue.)
+        """
+        lane = threading.Thread(
+            target=self._serve, args=(self._rechecks,), name="pump-rechecks", daemon=True
+        )
+        lane.start()
+        try:
+            self._serve(self._stream)
+        finally:
+            lane.join()
+
+    def _serve(self, work: Callable[[], int]) -> None:
+        """Do ``work`` until stopped, pausing between rounds that moved nothing (longer
+        while the service it calls is out)."""
+        failing = 0
         try:
             while not self.stop_signal:
-                if not self.step():
-                    self._pause()
+                outages = self._own_outages()
+                moved = work()
+                failing = failing + 1 if self._own_outages() > outages else 0
+                if not moved:
+                    self._pause(failing)
         except PumpStopped:
             pass
 
@@ -298,21 +322,28 @@ class Pump:
 
     def step(self) -> int:
         """One round: deliver what the shards hold, then the due rechecks."""
-        outages = self.report.outages
+        outages = self._own_outages()
         moved = self._stream() + self._rechecks()
-        self._failing = self._failing + 1 if self.report.outages > outages else 0
+        self._failing = self._failing + 1 if self._own_outages() > outages else 0
         return moved
 
     def positions(self) -> dict[str, str]:
         """Per shard, the sequence number of the last settled record: the checkpoint."""
         return dict(self.settled)
 
-    def _pause(self) -> None:
+    def _pause(self, failing: int | None = None) -> None:
+        failing = self._failing if failing is None else failing
         if not self.stop_signal:
-            time.sleep(min(MAX_OUTAGE_PAUSE, 2**self._failing / POLLS_PER_SECOND))
+            time.sleep(min(MAX_OUTAGE_PAUSE, 2**failing / POLLS_PER_SECOND))
+
+    def _own_outages(self) -> int:
+        """Outages met by the calling thread's lane (the report counts every lane's)."""
+        return getattr(self._outages, "count", 0)
 
     def _outage(self, what: str, error: Exception) -> None:
-        self.report.outages += 1
+        self._outages.count = self._own_outages() + 1
+        with self._lock:
+            self.report.outages += 1
         self.say(f"pump: {what} failed ({type(error).__name__}: {error}); trying again")
 
     # --- the stream ---------------------------------------------------------------------
@@ -499,8 +530,9 @@ class Pump:
             if delivery is None:
                 return delivered
             delivered += delivery.handled
-            self.report.rechecks += delivery.handled
-            self.report.failed_rechecks += delivery.failed
+            with self._lock:
+                self.report.rechecks += delivery.handled
+                self.report.failed_rechecks += delivery.failed
             if delivery.error is not None:
                 self.say(
                     f"pump: recheck handler raised {type(delivery.error).__name__}: "
