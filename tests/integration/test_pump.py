@@ -475,7 +475,12 @@ def test_the_factor_and_the_mapping_settings_come_from_the_template(
     template: dict[str, Any],
 ) -> None:
     settings = MappingSettings.from_template(template)
-    assert (settings.batch_size, settings.window_seconds, settings.parallelization) == (100, 1, 1)
+    # No batching window: a record is delivered as the poll finds it, not up to a second later.
+    assert (settings.batch_size, settings.window_seconds, settings.parallelization) == (100, 0, 1)
+    assert MappingSettings.from_event(
+        {"MaximumBatchingWindowInSeconds": {"Ref": "StreamBatchingWindow"}},
+        {"StreamBatchingWindow": "2"},
+    ).window_seconds == 2
     assert (settings.max_retries, settings.bisect, settings.partial_responses) == (5, True, True)
     assert MappingSettings.from_template(template, parallelization=10).parallelization == 10
     with pytest.raises(ValueError, match="ParallelizationFactor must be 1 to 10, not 11"):
