@@ -1,6 +1,7 @@
 """The live fault scenario, run N times per ParallelizationFactor, with its goal lines.
 
-Writer threads write, the pump verifies at the factor given, an injector breaks parents
+The application's writer threads write from a process of their own, the pump verifies at
+the factor given, an injector breaks parents
 (count, sum and sequence faults, on small and hot parents) and code "not ours" deletes and
 reuses parents (tests/harness/live.py). Each run counts false negatives, false positives,
 lost writes and harmful writes; the fault -> alert latencies of every run of a factor are
@@ -10,8 +11,9 @@ pooled per fault kind. Prints the table and the goal lines, writes the JSON.
 
 Uses ``DYNAMODB_ENDPOINT`` / ``AWS_ENDPOINT_URL_DYNAMODB`` when set, else its own DynamoDB
 Local; SNS and SQS come from moto's server on loopback. Exit 1 if a goal is missed.
-Everything runs in this one process (writers, pump, handlers), so on a loaded machine the
-latencies include waiting for the interpreter; `--writers` lowers the load.
+The pump, the handlers, the injector and the subscriber share this process; the writers do
+not, as in production. On a loaded machine the latencies include waiting for a core;
+`--writers` lowers the load.
 """
 
 from __future__ import annotations

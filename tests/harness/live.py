@@ -1,6 +1,7 @@
-"""The live fault scenario: writer threads write, the pump verifies (at any
-ParallelizationFactor), an injector breaks parents and code "not ours" deletes and reuses
-parents, while a subscriber thread timestamps every alert as it reaches the topic's queue.
+"""The live fault scenario: the application's writer threads write from a process of their
+own (tests/harness/application.py), the pump verifies (at any ParallelizationFactor), an
+injector breaks parents and code "not ours" deletes and reuses parents, while a subscriber
+thread timestamps every alert as it reaches the topic's queue.
 
     run = LiveRun(stack, seed=1, factor=2, lifecycle=["batch-delete-project"])
     outcome = run.run()
@@ -47,14 +48,21 @@ from tally.local.pump import MappingSettings, Pump, RecheckSchedule
 from tally.local.template import load_template, template_path
 from tally.reconciler import runtime
 from tally.rules import REPAIR_MARKER, RuleSet
+from tally.settings import settings
 from tally.writers import SequenceAllocator, TallyWriter
+from tests.harness.application import (
+    HOT,
+    LIVE_ORDER,
+    POSTS,
+    PROJECT,
+    Acknowledged,
+    Application,
+    Writers,
+)
 from tests.utils import TTL_IDENTITY, deserialize, lambda_context, serialize
 
-POSTS = [f"POST#live{n}" for n in range(10)]
-HOT = "POST#hot"
 HOT_CHILDREN = 120  # a hot parent: more children than the 100 of a small one
 ORDERS = [f"ORDER#sum{n}" for n in range(3)]
-PROJECT = "PROJECT#live"
 SEQUENCE_FAULT = "PROJECT#gap"
 # Where a key's parent item sits, by its partition key's head.
 PARENT_SK = {"POST#": "META", "ORDER#": "META", "PROJECT#": "COUNTER#ISSUE"}
@@ -276,6 +284,9 @@ class LiveRun:
         self.invocations: list[tuple[float, float, int]] = []  # (start, seconds, records)
         self.tallies = TallyWriter(stack.dynamodb, stack.table, rules)
         self.numbers = SequenceAllocator(stack.dynamodb, stack.table, rules)
+        # This process's own writes (the lifecycle scenarios'); the writer threads run in
+        # the application's process (tests/harness/application.py).
+        self.writes = Writers(self.tallies, self.numbers, seed, operations)
         settings = MappingSettings.from_template(
             load_template(template_path()), parallelization=factor, batch_size=batch_size
         )
@@ -306,24 +317,34 @@ class LiveRun:
         started = time.monotonic()
         self.setup()
         self.pump.until_idle(max_seconds=120)
+        application = Application.start(
+            self.stack.dynamodb.meta.endpoint_url,
+            self.stack.table,
+            settings().rules_file,
+            seed=self.seed,
+            writers=self.writers,
+            operations=self.operations,
+        )
         subscriber = Subscriber(self.stack.sqs, self.stack.alert_queue)
         subscriber.start()
         pumping = threading.Thread(target=self.pump.forever, name="pump")
         pumping.start()
         try:
-            with ThreadPoolExecutor(self.writers + 2 + len(self.lifecycle)) as pool:
-                jobs = [pool.submit(self.write, t) for t in range(self.writers)]
-                jobs.append(pool.submit(self.write_hot))
-                jobs.append(pool.submit(self.break_parents))
+            with ThreadPoolExecutor(1 + len(self.lifecycle)) as pool:
+                application.go()
+                jobs = [pool.submit(self.break_parents)]
                 jobs += [
                     pool.submit(getattr(self, "lifecycle_" + name.replace("-", "_")))
                     for name in self.lifecycle
                 ]
                 for job in jobs:
                     job.result()
+            self.acknowledge(application.result())
         finally:
+            application.stop()
             self.pump.stop(1)
             pumping.join()
+        self.acknowledge(self.writes.acknowledged)
         self.pump.stop_signal = None
         # Every pending recheck (carry, grace, deferral) comes due and runs.
         report = self.pump.until_idle(max_seconds=180, rechecks=True)
@@ -333,6 +354,12 @@ class LiveRun:
             outcome.lost_writes.append("the pump never went idle")
         outcome.seconds = time.monotonic() - started
         return outcome
+
+    def acknowledge(self, acknowledged: Acknowledged) -> None:
+        """What writers were told becomes the truth the run is judged against."""
+        self.ledger.likes.update(acknowledged.likes)
+        self.ledger.lines.update(acknowledged.lines)
+        self.ledger.numbers += acknowledged.numbers
 
     # --- the application --------------------------------------------------------------
 
@@ -378,7 +405,7 @@ class LiveRun:
         for pk in POSTS:
             self.post(pk, 0)
         self.post(HOT, HOT_CHILDREN)
-        for pk in [*ORDERS, "ORDER#live"]:
+        for pk in [*ORDERS, LIVE_ORDER]:
             self.put({"PK": pk, "SK": "META", "total": 0, "tallyRevision": 0})
         for pk in ORDERS:
             for n in range(3):
@@ -387,40 +414,9 @@ class LiveRun:
             self.numbers.allocate({"PK": pk, "SK": "COUNTER#ISSUE"}, strategy="gapless")
         self.ledger.numbers = 1
 
-    def write(self, thread: int) -> None:
-        """One writer thread: it owns its own children, so its acknowledgements are the truth."""
-        rng = random.Random(self.seed * 100 + thread)
-        for op in range(self.operations):
-            roll = rng.random()
-            if roll < 0.7:
-                key = {"PK": rng.choice(POSTS), "SK": f"LIKE#T{thread}#{rng.randrange(6)}"}
-                self.like(key, rng.random() < 0.65)
-            elif roll < 0.85:
-                key = {"PK": "ORDER#live", "SK": f"LINE#T{thread}#{op}"}
-                amount = Decimal(rng.randrange(1, 500)) / 100
-                self.tallies.add_child(key, {"amount": amount})
-                with self.lock:
-                    self.ledger.lines[key["SK"]] = amount
-            else:
-                self.numbers.allocate({"PK": PROJECT, "SK": "COUNTER#ISSUE"}, strategy="gapless")
-                with self.lock:
-                    self.ledger.numbers += 1
-
-    def write_hot(self) -> None:
-        """Likes and unlikes on the hot post, by a writer of its own."""
-        rng = random.Random(self.seed)
-        for _ in range(self.operations):
-            self.like({"PK": HOT, "SK": f"LIKE#HOT#{rng.randrange(20)}"}, rng.random() < 0.6)
-
     def like(self, key: dict[str, str], add: bool) -> None:
-        if add:
-            outcome = self.tallies.add_child(key).outcome
-            present = outcome in ("created", "already_present")
-        else:
-            outcome = self.tallies.remove_child(key).outcome
-            present = outcome not in ("removed", "not_present")
-        with self.lock:
-            self.ledger.likes[f"{key['PK']}/{key['SK']}"] = present
+        """A like or an unlike by the lifecycle scenarios' code (in this process)."""
+        self.writes.like(key, add)
 
     # --- the injector -----------------------------------------------------------------
 
@@ -629,7 +625,7 @@ class LiveRun:
         for name, present in ledger.likes.items():
             if present != bool(stack.item(*name.split("/"))):
                 lost.append(name)
-        lost += [sk for sk in ledger.lines if stack.item("ORDER#live", sk) is None]
+        lost += [sk for sk in ledger.lines if stack.item(LIVE_ORDER, sk) is None]
         items = self.scan()
         for pk in [*POSTS, HOT, *(p for p in ledger.reused if p.startswith("POST#"))]:
             likes = [i for (p, s), i in items.items() if p == pk and s.startswith("LIKE#")]

@@ -51,6 +51,9 @@ def test_live_verification_under_faults(stack: Stack, factor: int, tmp_path: Pat
     down.heal()
     report(outcome, f"factor-{factor}", tmp_path)
     assert_clean(outcome)
+    # The truth the lost-write check judges by came back from the application's process.
+    written = [name for name in run.ledger.likes if name.startswith(("POST#live", "POST#hot"))]
+    assert len(written) >= 10 and run.ledger.lines and run.ledger.numbers > 1
     assert down.failed == 2
     # Every fault has its latency; how long it was depends on the machine: reported only.
     latencies = [s for values in outcome.latencies.values() for s in values]
