@@ -300,6 +300,7 @@ class LiveRun:
             failures["QueueUrl"],
             settings,
             schedule=watched_schedule(),
+            rechecks_beside=True,  # the handlers are called directly: they may overlap
         )
 
     # --- the run ------------------------------------------------------------------------

@@ -91,6 +91,7 @@ def make_pump(
     recheck_handler: Invoke | None = None,
     checkpoint: Checkpoint | None = None,
     say: Callable[[str], None] | None = None,
+    rechecks_beside: bool = False,
     **settings: Any,
 ) -> Pump:
     streams = boto3.client("dynamodbstreams", **local_client_kwargs(endpoint))
@@ -114,6 +115,7 @@ def make_pump(
         MappingSettings(**({"batch_size": 10, "max_retries": 2, "bisect": True} | settings)),
         say,
         checkpoint,
+        rechecks_beside=rechecks_beside,
     )
 
 
@@ -477,10 +479,13 @@ def test_the_factor_and_the_mapping_settings_come_from_the_template(
     settings = MappingSettings.from_template(template)
     # No batching window: a record is delivered as the poll finds it, not up to a second later.
     assert (settings.batch_size, settings.window_seconds, settings.parallelization) == (100, 0, 1)
-    assert MappingSettings.from_event(
-        {"MaximumBatchingWindowInSeconds": {"Ref": "StreamBatchingWindow"}},
-        {"StreamBatchingWindow": "2"},
-    ).window_seconds == 2
+    assert (
+        MappingSettings.from_event(
+            {"MaximumBatchingWindowInSeconds": {"Ref": "StreamBatchingWindow"}},
+            {"StreamBatchingWindow": "2"},
+        ).window_seconds
+        == 2
+    )
     assert (settings.max_retries, settings.bisect, settings.partial_responses) == (5, True, True)
     assert MappingSettings.from_template(template, parallelization=10).parallelization == 10
     with pytest.raises(ValueError, match="ParallelizationFactor must be 1 to 10, not 11"):
@@ -627,7 +632,7 @@ def test_a_factor_outside_1_to_10_is_a_usage_error(
     assert "--parallelization" in capsys.readouterr().err
 
 
-def test_running_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
+def test_asked_to_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
     dynamodb: Any, dynamodb_endpoint: str, table_name: str, queues: tuple[Any, str, str]
 ) -> None:
     """As in Lambda, where the recheck function runs beside the stream function: a due
@@ -654,6 +659,7 @@ def test_running_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
         queues,
         lambda event: meet("stream"),  # type: ignore[arg-type]
         recheck_handler=lambda event: meet("recheck"),
+        rechecks_beside=True,
     )
     running = threading.Thread(target=pump.forever)
     running.start()
@@ -665,3 +671,47 @@ def test_running_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
     assert not running.is_alive()
     assert sorted(met) == ["recheck", "stream"]
     assert pump.report.records == 1 and pump.report.rechecks == 1
+
+
+class FullDisk(Checkpoint):
+    def save(self, positions: dict[str, str]) -> None:
+        raise OSError(28, "No space left on device")
+
+
+def test_an_error_that_ends_one_lane_stops_both_and_is_raised(
+    dynamodb: Any,
+    dynamodb_endpoint: str,
+    table_name: str,
+    queues: tuple[Any, str, str],
+    tmp_path: Path,
+) -> None:
+    """The stream lane cannot save its checkpoint: the recheck lane does not go on alone."""
+    write(dynamodb, table_name, 1)
+    checkpoint = FullDisk(tmp_path / "checkpoint.json", "arn:stream")
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        Handler(),
+        checkpoint=checkpoint,
+        rechecks_beside=True,
+    )
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pump.forever()
+        except BaseException as error:  # what forever() raised is the subject
+            raised.append(error)
+
+    running = threading.Thread(target=run)
+    running.start()
+    running.join(timeout=60)
+    if running.is_alive():
+        pump.stop(signal.SIGINT)
+        running.join(timeout=60)
+        pytest.fail("the pump went on with one lane after the other failed")
+    assert [type(e) for e in raised] == [OSError]
+    # The recheck lane ended before forever() raised: nothing serves the queue unseen.
+    assert not [t for t in threading.enumerate() if t.name == "pump-rechecks"]

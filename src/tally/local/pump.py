@@ -4,8 +4,8 @@ It reads every shard about four times a second, fills batches up to the mapping'
 size or batching window, invokes the handler the template names, and honours the
 mapping's settings: partial batch responses (retry from the first failed record),
 bisection on a function error, a retry limit, and the on-failure queue after it. It also
-feeds the recheck queue's due messages to the recheck handler, as SQS would; running, it
-does so beside the stream, as the two functions run side by side in Lambda.
+feeds the recheck queue's due messages to the recheck handler, as SQS would (beside the
+stream when asked, as the two functions run side by side in Lambda).
 
 With a ParallelizationFactor N above 1 it runs up to N batches of one shard at once, as
 Lambda does: each record goes to a lane chosen by its item's key (partition and sort key),
@@ -211,7 +211,12 @@ class Pump:
         *,
         carry_seconds: float = CARRY_SECONDS,
         schedule: RecheckSchedule | None = None,
+        rechecks_beside: bool = False,
     ):
+        """``rechecks_beside``: while running (``forever``), serve the recheck queue on a
+        thread of its own. Only for invokers whose invocations may overlap, such as the
+        handlers called directly: ``tally pump``'s invokers swap the process's standard
+        output and environment for each invocation, so it serves both in one loop."""
         self.reader = reader
         self.invoke_stream = invoke_stream
         self.sqs = sqs
@@ -230,6 +235,8 @@ class Pump:
         self.stop_signal: int | None = None
         self._failing = 0  # polls in a row that met an outage
         self._outages = threading.local()  # per lane: outages it met
+        self.rechecks_beside = rechecks_beside
+        self._halted: Exception | None = None  # what ended a lane, ending both
         # Lanes run in threads: the report and the settled sequence numbers are shared.
         self._lock = threading.Lock()
         self._done: dict[str, set[str]] = {}  # per shard, records settled this round
@@ -282,26 +289,36 @@ class Pump:
     def forever(self) -> None:
         """Pump until stopped, polling about four times a second.
 
-        The recheck queue is served by a lane of its own, as Lambda runs the recheck function
-        beside the stream function: a due recheck does not wait for a stream batch, nor a
-        batch for a recheck. (``until_idle`` serves both in one loop, so that it judges
-        idleness on one view of the stream and the queue.)
+        With ``rechecks_beside``, the recheck queue is served by a lane of its own, as Lambda
+        runs the recheck function beside the stream function: a due recheck does not wait
+        for a stream batch, nor a batch for a recheck. An error that ends either lane stops
+        both and is raised here; a second stop abandons the lanes at once.
         """
+        if not self.rechecks_beside:
+            self._serve(self.step)
+            return
         lane = threading.Thread(
-            target=self._serve, args=(self._rechecks,), name="pump-rechecks", daemon=True
+            target=self._lane, args=(self._rechecks,), name="pump-rechecks", daemon=True
         )
         lane.start()
+        self._lane(self._stream)
+        lane.join()
+        if self._halted is not None:
+            raise self._halted
+
+    def _lane(self, work: Callable[[], int]) -> None:
         try:
-            self._serve(self._stream)
-        finally:
-            lane.join()
+            self._serve(work)
+        except Exception as error:  # the other lane stops too, and forever() raises it
+            with self._lock:
+                self._halted = self._halted or error
 
     def _serve(self, work: Callable[[], int]) -> None:
         """Do ``work`` until stopped, pausing between rounds that moved nothing (longer
         while the service it calls is out)."""
         failing = 0
         try:
-            while not self.stop_signal:
+            while not self.stop_signal and self._halted is None:
                 outages = self._own_outages()
                 moved = work()
                 failing = failing + 1 if self._own_outages() > outages else 0
