@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import shlex
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -352,6 +353,29 @@ def test_samconfig_local_invoke_reads_what_local_up_writes() -> None:
     assert Path(local_invoke["env_vars"]) == Path(STATE_DIR_NAME) / SAM_ENV_FILE
     # The local stack listens on the host's loopback, which only the host network reaches.
     assert local_invoke["docker_network"] == "host"
+
+
+def overrides(section: Mapping[str, Any]) -> dict[str, str]:
+    """A samconfig deploy section's ``parameter_overrides`` as name -> value."""
+    pairs = (token.partition("=") for token in shlex.split(section["parameter_overrides"]))
+    return {name: value for name, _, value in pairs}
+
+
+@pytest.mark.parametrize("env", ["default", "prod"])
+def test_every_samconfig_override_is_a_value_the_template_accepts(env: str) -> None:
+    """`sam deploy --config-env ENV` must not fail the template's parameter validation."""
+    config = tomllib.loads((template_path().parent / "samconfig.toml").read_text())
+    parameters = TEMPLATE["Parameters"]
+    for name, value in overrides(config[env]["deploy"]["parameters"]).items():
+        assert name in parameters, f"{env}: {name} is no parameter of template.yaml"
+        spec = parameters[name]
+        if "AllowedValues" in spec:
+            allowed = [str(v) for v in spec["AllowedValues"]]
+            assert value in allowed, f"{env}: {name}={value!r}, allowed {allowed}"
+        if spec["Type"] == "Number":
+            number = float(value)
+            assert number >= spec.get("MinValue", number), f"{env}: {name}={value} too small"
+            assert number <= spec.get("MaxValue", number), f"{env}: {name}={value} too large"
 
 
 def test_the_writer_function_may_not_write_the_repair_marker() -> None:
