@@ -262,7 +262,7 @@ def test_the_demo_never_uses_or_stops_the_users_stack(
     The demo's stack uses the test run's DynamoDB (no second JVM), as a user's
     DYNAMODB_ENDPOINT would make both stacks share one.
     """
-    from tally import cli
+    from tally.cli import app as cli
     from tally.local import demo
 
     monkeypatch.setenv("TALLY_STATE_DIR", str(local.state_dir))

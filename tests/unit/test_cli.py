@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally import cli, targets
+from tally.cli import app as cli
+from tally.cli import targets
 from tally.local.template import template_path
 
 EVENT = str(template_path().parent / "events" / "ReconcilerFunction" / "like_added.json")

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from tally import cli, targets
-from tally.cli import main
+from tally.cli import app as cli
+from tally.cli import targets
+from tally.cli.app import main
 from tally.local.exports import ForeignExportError, TableIdentity, export_of
 from tests.utils import write_aws_export
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tally import cli
+from tally.cli import app as cli
 from tally.local import stack as local_stack
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
@@ -158,7 +158,7 @@ def test_rules_subcommands_describe_themselves_and_their_exit_codes(
 def test_export_says_one_whole_sentence_and_prints_the_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tally import targets
+    from tally.cli import targets
     from tally.local import exports
 
     class Done:

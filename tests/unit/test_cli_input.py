@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally import cli, console, targets
+from tally.cli import app as cli
+from tally.cli import console, targets
 from tally.local import demo, dynamodb_local
 from tally.local import stack as local_stack
 from tally.local.template import template_path

@@ -30,7 +30,6 @@ import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.live_table import TableShape, schema_problems
 from tally.local import processes
 from tally.local.dynamodb_local import JAR_NAME, DynamoDBLocalUnavailable, tail
 from tally.local.dynamodb_local import command as dynamodb_command
@@ -48,6 +47,7 @@ from tally.local.template import (
     time_to_live_attribute,
 )
 from tally.rules import load_rules
+from tally.rules.live_table import TableShape, schema_problems
 
 STATE_DIR_NAME = ".tally"
 STATE_FILE = "local.json"

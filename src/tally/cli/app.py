@@ -19,10 +19,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from tally import console, targets
-from tally.cli_options import EPILOG, named_file, rules_file, rules_option, target_options
-from tally.cli_rules import register as register_rules
-from tally.console import Failure, UsageError
+from tally.cli import console, targets
+from tally.cli.console import Failure, UsageError
+from tally.cli.options import EPILOG, named_file, rules_file, rules_option, target_options
+from tally.cli.rules import register as register_rules
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
 from tally.rules import load_rules
@@ -496,8 +496,8 @@ def _audit(options: argparse.Namespace) -> int:
 
 def _parent_exists(rules: Any, parent: dict[str, str]) -> None:
     """Failure when the table holds no item at ``parent`` (and so the audit found nothing)."""
-    from tally.aws import client
-    from tally.dynamodb import serialize
+    from tally.core.aws import client
+    from tally.core.dynamodb import serialize
 
     table = targets.table_name()
     key = serialize(rules.table.typed(parent))
@@ -548,8 +548,8 @@ def _read_export(path: Path, any_table: bool) -> Any:
 
 def _target_table() -> dict[str, Any]:
     """The target table's description (DescribeTable's ``Table``)."""
-    from tally.aws import client
-    from tally.settings import settings
+    from tally.core.aws import client
+    from tally.core.settings import settings
 
     dynamodb = client("dynamodb", config=targets.PREFLIGHT)
     table: dict[str, Any] = dynamodb.describe_table(TableName=settings().table_name)["Table"]

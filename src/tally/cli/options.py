@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from tally.console import UsageError
+from tally.cli.console import UsageError
 
 EPILOG = "exit codes: 0 clean, 1 findings or failure, 2 usage"
 
