@@ -25,6 +25,7 @@ from tally.cli.options import EPILOG, named_file, rules_file, rules_option, targ
 from tally.cli.rules import register as register_rules
 from tally.local import dynamodb_local
 from tally.local import stack as local_stack
+from tally.local.state import DEMO_DIR, FUNCTION_LOG, SAM_ENV_FILE
 from tally.rules import load_rules
 
 MAX_SEGMENTS = 64
@@ -346,7 +347,7 @@ def _local(options: argparse.Namespace) -> int:
         console.note(
             f"local stack {state}: DynamoDB Local {stack.dynamodb_endpoint}, "
             f"SNS/SQS {stack.moto_endpoint}; `sam local invoke` variables in "
-            f"{state_dir / local_stack.SAM_ENV_FILE}"
+            f"{state_dir / SAM_ENV_FILE}"
         )
         print(local_stack.exports(stack))
     elif options.action == "down":
@@ -676,7 +677,7 @@ def _invoke(options: argparse.Namespace) -> int:
     stack = targets.running(state_dir)
     sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
     before = len(inbox.collect(sqs, url, state_dir))
-    log = state_dir / runner.FUNCTION_LOG
+    log = state_dir / FUNCTION_LOG
     console.note(
         f"invoke: {options.function} ({specs[options.function].handler}) in process against "
         f"the local stack; its logs and metrics: {log}"
@@ -783,7 +784,7 @@ def _demo(options: argparse.Namespace) -> int:
     from tally.local.demo import run_demo
 
     # A stack of its own: one the user started is never used or stopped.
-    code: int = run_demo(targets.state_dir() / "demo", keep=options.keep)
+    code: int = run_demo(targets.state_dir() / DEMO_DIR, keep=options.keep)
     return code
 
 

@@ -18,11 +18,10 @@ from tally.local.functions import cold_start, environment, function, variables
 from tally.local.pump import CARRY_SECONDS, MappingSettings, Pump, RecheckSchedule, Say
 from tally.local.sqs_trigger import Invoke
 from tally.local.stack import LocalStack
+from tally.local.state import CHECKPOINT_FILE, FUNCTION_LOG
 from tally.local.template import load_template, template_path
 from tally.rules import load_rules
 
-CHECKPOINT_FILE = local_stack.CHECKPOINT_FILE
-FUNCTION_LOG = local_stack.FUNCTION_LOG
 # Local mode has no X-Ray daemon (`sam local invoke` disables tracing the same way).
 LOCAL_ENVIRONMENT = {"POWERTOOLS_TRACE_DISABLED": "true"}
 
