@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tally.cli import app as cli
+from tally.cli import local_commands
 from tally.local import stack as local_stack
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
@@ -130,7 +131,7 @@ def test_every_sample_event_fits_its_function(event: Path) -> None:
     from tally.local.template import load_template
 
     spec = function(load_template(ROOT_TEMPLATE), event.parent.name)
-    cli._event_fits(spec, cli._event(event), event)
+    local_commands._event_fits(spec, local_commands._event(event), event)
 
 
 @pytest.mark.parametrize("action", ["load", "fault"])
