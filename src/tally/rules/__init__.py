@@ -7,6 +7,11 @@ code imports rules from here; the modules of this package import one another dir
 
 from tally.rules.loading import (
     DEFAULT_RULES_FILE,
+    RulesFileError,
+    load_rules,
+    parse_rules,
+)
+from tally.rules.model import (
     MAX_NAME_LENGTH,
     NO_COUNTER,
     ORPHAN_GRACE_SECONDS,
@@ -29,12 +34,9 @@ from tally.rules.loading import (
     Role,
     Rule,
     RuleSet,
-    RulesFileError,
     SequenceRule,
     SumRule,
     TableKeys,
-    load_rules,
-    parse_rules,
 )
 
 __all__ = [

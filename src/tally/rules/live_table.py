@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tally.core.dynamodb import deserialize
-from tally.rules import IndexMembers, RuleSet, SequenceRule, TableKeys
 from tally.rules.key_patterns import key_text
+from tally.rules.model import IndexMembers, RuleSet, SequenceRule, TableKeys
 
 STREAM_VIEW = "NEW_AND_OLD_IMAGES"
 

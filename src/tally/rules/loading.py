@@ -11,34 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tally.rules.model import (
-    MAX_NAME_LENGTH,
-    NO_COUNTER,
-    ORPHAN_GRACE_SECONDS,
-    PK_SK,
-    REPAIR_MARKER,
-    SUM_DIGITS,
-    AnyRule,
-    AttributeMembers,
-    CollectionMembers,
-    CounterHolds,
-    CountRule,
-    IndexMembers,
-    Key,
-    KeyPattern,
-    Match,
-    Members,
-    ParentOf,
-    PartitionMembers,
-    RepairMode,
-    Role,
-    Rule,
-    RulesDocument,
-    RuleSet,
-    SequenceRule,
-    SumRule,
-    TableKeys,
-)
+from tally.rules.model import PK_SK, RulesDocument, RuleSet, TableKeys
 from tally.rules.validation import describe, structural_problems
 
 DEFAULT_RULES_FILE = Path(__file__).resolve().parents[2] / "rules.toml"
@@ -81,36 +54,3 @@ def parse_rules(raw: Mapping[str, Any], source: str = "<rules>") -> RuleSet:
     if problems:
         raise RulesFileError(f"rules file {source}:\n  " + "\n  ".join(problems))
     return rule_set
-
-
-__all__ = [
-    "DEFAULT_RULES_FILE",
-    "MAX_NAME_LENGTH",
-    "NO_COUNTER",
-    "ORPHAN_GRACE_SECONDS",
-    "PK_SK",
-    "REPAIR_MARKER",
-    "SUM_DIGITS",
-    "AnyRule",
-    "AttributeMembers",
-    "CollectionMembers",
-    "CountRule",
-    "CounterHolds",
-    "IndexMembers",
-    "Key",
-    "KeyPattern",
-    "Match",
-    "Members",
-    "ParentOf",
-    "PartitionMembers",
-    "RepairMode",
-    "Role",
-    "Rule",
-    "RuleSet",
-    "RulesFileError",
-    "SequenceRule",
-    "SumRule",
-    "TableKeys",
-    "load_rules",
-    "parse_rules",
-]
