@@ -42,7 +42,7 @@ from typing import Any
 
 import boto3
 
-from tally.aws import RETRY_CONFIG
+from tally.core.aws import RETRY_CONFIG
 from tally.local.dynamodb_local import (
     VERSION,
     DynamoDBLocal,
@@ -247,7 +247,7 @@ def run_engine(engine: str, out: Path) -> dict[str, Any]:
 
 def scan_cpu(items: int = 200_000) -> float:
     """The scan engine's own cost per item, no I/O: deserialize, classify, tally (µs)."""
-    from tally.dynamodb import deserialize
+    from tally.core.dynamodb import deserialize
     from tally.reconciler.full_audit import _Entry, _tally
     from tally.rules import load_rules
 

@@ -36,8 +36,9 @@ from typing import Any, cast
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.aws import RETRY_CONFIG
-from tally.dynamodb import serialize
+from tally.core.aws import RETRY_CONFIG
+from tally.core.dynamodb import serialize
+from tally.core.streams import StreamReader, stream_arn
 from tally.local.dynamodb_local import (
     VERSION,
     DynamoDBLocal,
@@ -52,7 +53,6 @@ from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import Reads, TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import CountRule, RuleSet, SumRule, load_rules
-from tally.streams import StreamReader, stream_arn
 from tally.writers.tallies import TallyWriter
 
 REPO = Path(__file__).resolve().parents[1]

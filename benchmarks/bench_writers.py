@@ -22,7 +22,7 @@ from pathlib import Path
 
 import boto3
 
-from tally.aws import RETRY_CONFIG
+from tally.core.aws import RETRY_CONFIG
 from tally.local.dynamodb_local import (
     VERSION,
     DynamoDBLocal,

@@ -12,7 +12,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from tally.dynamodb import Deserializer
+from tally.core.dynamodb import Deserializer
 from tally.local.runner import LocalContext
 
 _ser, _de = TypeSerializer(), Deserializer()

@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tally import cli
+from tally.cli import app as cli
 from tally.local import inbox, runner
 from tally.local import stack as local_stack
 from tally.local.dynamodb_local import local_client_kwargs

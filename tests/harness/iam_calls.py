@@ -1,7 +1,7 @@
 """Every AWS call the functions' code makes, recorded through boto3's event system.
 
 ``Recorder.install()`` registers a ``provide-client-params`` handler on boto3's default
-session (where ``tally.aws.client`` makes every client), so each client made afterwards
+session (where ``tally.core.aws.client`` makes every client), so each client made afterwards
 reports each API call once (retries are not calls). A call is attributed to the template's
 function whose handler is running: the innermost ``handler`` frame of a ``tally.handlers``
 module on the stack (the tests' Lambda emulation and local mode's runner both call the

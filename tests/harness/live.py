@@ -681,10 +681,10 @@ def harmful_writes(items: dict[tuple[str, str], dict[str, Any]], gone: set[str])
 def live_stack(dynamodb_endpoint: str, moto_endpoint: str, rules_file: Path) -> Iterator[Any]:
     """A fresh test stack (tables, topic, queues, the handlers' environment) outside pytest,
     as the integration tests' ``stack`` fixture makes it: for benchmarks/live_faults.py."""
+    from tally.core.settings import settings
+    from tally.core.streams import StreamReader, stream_arn
     from tally.local.dynamodb_local import local_client_kwargs
     from tally.local.template import create_table
-    from tally.settings import settings
-    from tally.streams import StreamReader, stream_arn
     from tests.integration.conftest import Stack
 
     template = load_template(template_path())

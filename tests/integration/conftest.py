@@ -19,7 +19,9 @@ from typing import Any
 import boto3
 import pytest
 
-from tally import cli
+from tally.cli import app as cli
+from tally.core.settings import settings
+from tally.core.streams import StreamReader, stream_arn
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local import stack as local_stack
@@ -30,8 +32,6 @@ from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.audit_store import AuditStore
 from tally.rules import load_rules
-from tally.settings import settings
-from tally.streams import StreamReader, stream_arn
 from tests.harness.adopting import EXAMPLES, Adopted
 from tests.utils import deserialize, lambda_context, serialize
 

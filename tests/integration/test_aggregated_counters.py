@@ -18,9 +18,9 @@ import moto.sqs.models
 import pytest
 from moto.core.utils import unix_time_millis
 
+from tally.core.settings import settings
 from tally.reconciler import runtime
 from tally.rules import SumRule, load_rules
-from tally.settings import settings
 from tests.harness.aggregator import Aggregator
 from tests.integration.conftest import Stack
 

@@ -11,9 +11,9 @@ from decimal import Decimal
 
 import pytest
 
+from tally.core.settings import settings
 from tally.reconciler import runtime
 from tally.rules import load_rules
-from tally.settings import settings
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack
 from tests.utils import serialize

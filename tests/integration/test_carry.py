@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from tally.core.settings import settings
 from tally.reconciler.table import TallyTable
 from tally.reconciler.verification import SMALL_PARENT
 from tally.rules import load_rules
-from tally.settings import settings
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tally import cli
+from tally.cli import app as cli
 from tally.local.audit_duckdb import duckdb_audit
 from tally.local.exports import TableIdentity, read_export, write_export
 from tally.local.template import create_table

@@ -61,7 +61,7 @@ def tally(
 
 
 def test_the_wheel_ships_code_not_a_project(installed: Path) -> None:
-    assert (installed / "tally" / "cli.py").is_file()
+    assert (installed / "tally" / "cli" / "app.py").is_file()
     assert not list(installed.rglob("template.yaml")) and not list(installed.rglob("*.toml"))
     located = subprocess.run(
         [sys.executable, "-c", "import tally.cli; print(tally.cli.__file__)"],

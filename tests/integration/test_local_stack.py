@@ -19,12 +19,10 @@ from typing import Any
 import boto3
 import pytest
 
-from tally.local import inbox, runner
+from tally.local import inbox, state
 from tally.local import stack as local_stack
 from tally.local.functions import bundled_rules
 from tally.local.stack import (
-    SAM_ENV_FILE,
-    STATE_FILE,
     LocalStack,
     LocalStackError,
     down,
@@ -33,6 +31,7 @@ from tally.local.stack import (
     sam_env,
     up,
 )
+from tally.local.state import SAM_ENV_FILE, STATE_FILE
 
 EXPORTED = {
     "AWS_ENDPOINT_URL_DYNAMODB",
@@ -164,13 +163,13 @@ def test_a_stale_stack_is_replaced_and_down_stops_the_new_one(
     # What the stale stack's subscriber received, and where its pump left the stream.
     first.client("sns").publish(TopicArn=first.alert_topic_arn, Message='{"kind": "drift"}')
     assert inbox.collect(first.client("sqs"), first.alert_inbox_url, tmp_path) != []
-    (tmp_path / runner.CHECKPOINT_FILE).write_text("{}")
+    (tmp_path / state.CHECKPOINT_FILE).write_text("{}")
 
     second = up(tmp_path)
     assert not second.already_running
     # None of it shows in the new stack: alerts and stream positions belonged to the old one.
     assert inbox.collect(second.client("sqs"), second.alert_inbox_url, tmp_path) == []
-    assert not (tmp_path / runner.CHECKPOINT_FILE).exists()
+    assert not (tmp_path / state.CHECKPOINT_FILE).exists()
     assert {second.dynamodb_pid, second.moto_pid}.isdisjoint({first.dynamodb_pid, first.moto_pid})
     assert gone(first.moto_pid)  # the survivor of the stale stack was stopped
 
@@ -182,7 +181,7 @@ def test_a_stale_stack_is_replaced_and_down_stops_the_new_one(
     assert second.dynamodb_pid is not None
     assert gone(second.dynamodb_pid) and gone(second.moto_pid)
     assert not (tmp_path / STATE_FILE).exists()
-    assert not (tmp_path / inbox.ALERTS_FILE).exists()
+    assert not (tmp_path / state.ALERTS_FILE).exists()
     assert down(tmp_path) == []
 
 
@@ -262,7 +261,7 @@ def test_the_demo_never_uses_or_stops_the_users_stack(
     The demo's stack uses the test run's DynamoDB (no second JVM), as a user's
     DYNAMODB_ENDPOINT would make both stacks share one.
     """
-    from tally import cli
+    from tally.cli import app as cli
     from tally.local import demo
 
     monkeypatch.setenv("TALLY_STATE_DIR", str(local.state_dir))

@@ -18,7 +18,7 @@ from typing import Any, get_args
 
 import pytest
 
-from tally.observability import metrics
+from tally.core.observability import metrics
 from tally.reconciler.findings import Kind, RepairStatus
 from tests.integration.conftest import Stack
 from tests.integration.test_events import (

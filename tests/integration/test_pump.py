@@ -24,7 +24,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from botocore.config import Config
 from moto.server import ThreadedMotoServer
 
-from tally import cli
+from tally.cli import app as cli
+from tally.core.streams import StreamReader, stream_arn
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.checkpoint import Checkpoint
@@ -33,7 +34,6 @@ from tally.local.pump import QUIET_POLLS, MappingSettings, Pump, lane_of
 from tally.local.sqs_trigger import Invoke
 from tally.reconciler import runtime
 from tally.reconciler.rechecks import Recheck, RecheckQueue
-from tally.streams import StreamReader, stream_arn
 from tests.harness.live import watched_schedule
 from tests.integration.conftest import Stack
 from tests.utils import lambda_context, serialize

@@ -13,6 +13,7 @@ from typing import Any
 import boto3
 import pytest
 
+from tally.core.streams import StreamReader
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.checkpoint import Checkpoint
@@ -21,7 +22,6 @@ from tally.local.pump import MappingSettings, Pump
 from tally.local.runner import exit_code, stopped_by_signals
 from tally.reconciler.alerts import AlertPublisher
 from tally.rules import load_rules
-from tally.streams import StreamReader
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack
 from tests.utils import lambda_context

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tally.streams import StreamReader, stream_arn
+from tally.core.streams import StreamReader, stream_arn
 
 LAMBDA_KEYS = {
     "eventID",

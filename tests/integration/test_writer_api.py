@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-import tally.settings
+import tally.core.settings
+from tally.core.observability import metrics
 from tally.handlers import writer_api
-from tally.observability import metrics
 from tests.harness.http import invoke
 from tests.harness.tables import throwaway_table
 
@@ -52,11 +52,11 @@ def _invoker(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table: str
     monkeypatch.delenv("RULES_FILE", raising=False)
     # Metrics reads its namespace when first imported, possibly before this fixture ran.
     monkeypatch.setattr(metrics, "namespace", "TallyTest")
-    tally.settings.settings.cache_clear()
+    tally.core.settings.settings.cache_clear()
     writer_api._writers.cache_clear()
 
     yield invoke
-    tally.settings.settings.cache_clear()
+    tally.core.settings.settings.cache_clear()
     writer_api._writers.cache_clear()
 
 

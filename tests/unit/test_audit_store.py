@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from tally.dynamodb import serialize
+from tally.core.dynamodb import serialize
 from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore
 from tally.reconciler.findings import AlertMessage, Finding, Repair

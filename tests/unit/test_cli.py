@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally import cli, targets
+from tally.cli import app as cli
+from tally.cli import targets
+from tally.cli.options import parse_key
 from tally.local.template import template_path
 
 EVENT = str(template_path().parent / "events" / "ReconcilerFunction" / "like_added.json")
@@ -207,7 +209,7 @@ text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size
 @given(text)
 def test_any_parent_text_parses_or_is_refused_with_a_message(value: str) -> None:
     try:
-        key = cli.parse_key(value)
+        key = parse_key(value)
     except ValueError as error:
         assert str(error)
     else:
@@ -223,7 +225,7 @@ values = st.text(st.characters(exclude_characters=",", exclude_categories=["Cs"]
 @given(st.dictionaries(names, values.filter(lambda v: v == v.strip()), min_size=1, max_size=4))
 def test_a_written_key_parses_back(key: dict[str, str]) -> None:
     written = ",".join(f"{name}={value}" for name, value in key.items())
-    assert cli.parse_key(written) == key
+    assert parse_key(written) == key
 
 
 def test_local_actions_are_subcommands_with_their_own_options(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tally import cli, targets
-from tally.cli import main
+from tally.cli import operate, targets
+from tally.cli.app import main
 from tally.local.exports import ForeignExportError, TableIdentity, export_of
 from tests.utils import write_aws_export
 
@@ -119,7 +119,7 @@ def target(monkeypatch: pytest.MonkeyPatch, arn: str = TALLY) -> None:
     monkeypatch.setenv("TABLE_NAME", "tally")
     monkeypatch.setenv("TALLY_STATE_DIR", "/nonexistent/state")
     monkeypatch.setattr(targets, "item_count", lambda: 1)
-    monkeypatch.setattr(cli, "_target_table", lambda: {"TableArn": arn, "TableId": TALLY_ID})
+    monkeypatch.setattr(operate, "_target_table", lambda: {"TableArn": arn, "TableId": TALLY_ID})
 
 
 def test_the_audit_refuses_another_tables_export_and_says_how_to_take_it_anyway(

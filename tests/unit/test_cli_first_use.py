@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tally import cli
+from tally.cli import app as cli
+from tally.cli import local_commands
 from tally.local import stack as local_stack
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
@@ -130,7 +131,7 @@ def test_every_sample_event_fits_its_function(event: Path) -> None:
     from tally.local.template import load_template
 
     spec = function(load_template(ROOT_TEMPLATE), event.parent.name)
-    cli._event_fits(spec, cli._event(event), event)
+    local_commands._event_fits(spec, local_commands._event(event), event)
 
 
 @pytest.mark.parametrize("action", ["load", "fault"])
@@ -158,7 +159,7 @@ def test_rules_subcommands_describe_themselves_and_their_exit_codes(
 def test_export_says_one_whole_sentence_and_prints_the_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tally import targets
+    from tally.cli import targets
     from tally.local import exports
 
     class Done:

@@ -12,7 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally import cli, console, targets
+from tally.cli import app as cli
+from tally.cli import console, targets
+from tally.cli.options import segment_count
 from tally.local import demo, dynamodb_local
 from tally.local import stack as local_stack
 from tally.local.template import template_path
@@ -207,7 +209,7 @@ def _value_kind(action: argparse.Action) -> str:
         return "path"
     if action.type is float or action.dest == "max_seconds":
         return "float"
-    if action.type in (int, cli._segments) or action.dest in ("port", "sample", "segments"):
+    if action.type in (int, segment_count) or action.dest in ("port", "sample", "segments"):
         return "int"
     return "text"
 

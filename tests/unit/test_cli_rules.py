@@ -12,11 +12,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tally import cli, targets
-from tally.dynamodb import serialize
+from tally.cli import app as cli
+from tally.cli import targets
+from tally.core.dynamodb import serialize
 from tally.local.stack import LocalStack
 from tally.rules import DEFAULT_RULES_FILE, load_rules
-from tally.stream_filter import filter_json
+from tally.rules.stream_filter import filter_json
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
 ORDERS = EXAMPLES / "orders" / "rules.toml"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tally import console
+from tally.cli import console
 
 
 def test_a_wait_off_a_terminal_is_one_line_naming_what_and_until_when(
@@ -74,7 +74,7 @@ def test_make_install_says_what_it_does(tmp_path: Path) -> None:
 def test_local_up_says_what_it_starts_before_starting_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tally import cli
+    from tally.cli import app as cli
     from tally.local import stack as local_stack
 
     monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path / "state"))

@@ -11,12 +11,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tally.dynamodb import deserialize, serialize
-from tally.live_table import TableShape
+from tally.core.dynamodb import deserialize, serialize
 from tally.local.template import create_table_from, rules_table_kwargs
 from tally.reconciler.changes import group_records
 from tally.reconciler.table import TallyTable
 from tally.rules import RuleSet, SequenceRule, parse_rules
+from tally.rules.live_table import TableShape
 from tests.utils import stream_record
 
 PROJECTS = parse_rules(

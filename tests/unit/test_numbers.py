@@ -16,10 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally.dynamodb import Deserializer
-from tally.local.audit_duckdb import candidates
-from tally.local.exports import read_export
-from tally.numbers import (
+from tally.core.dynamodb import Deserializer
+from tally.core.numbers import (
     DYNAMODB,
     Unrepresentable,
     counter_problem,
@@ -30,6 +28,8 @@ from tally.numbers import (
     representable,
     type_name,
 )
+from tally.local.audit_duckdb import candidates
+from tally.local.exports import read_export
 from tally.reconciler.audit_sql import AuditQuery
 from tally.reconciler.changes import group_records
 from tally.reconciler.full_audit import _disagrees, _tally

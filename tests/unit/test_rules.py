@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.key_patterns import Pattern
 from tally.rules import CountRule, RuleSet, RulesFileError, SequenceRule, load_rules, parse_rules
+from tally.rules.key_patterns import Pattern
 
 SRC_RULES = Path(__file__).resolve().parents[2] / "src" / "rules.toml"
 

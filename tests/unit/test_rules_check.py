@@ -11,10 +11,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tally.dynamodb import serialize
+from tally.cli.rules_check import check
+from tally.core.dynamodb import serialize
 from tally.local.template import create_table_from
 from tally.rules import RuleSet, parse_rules
-from tally.rules_check import check
 
 LIKES = {
     "name": "likes",

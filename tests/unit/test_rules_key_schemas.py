@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.key_patterns import Pattern, number_text
 from tally.rules import RuleSet, RulesFileError, SequenceRule, parse_rules
+from tally.rules.key_patterns import Pattern, number_text
 
 # seed 004's Social table, with the writers' own attribute names in lower case
 LOWER = {"partition_key": "pk", "sort_key": "sk"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tally import cli
+from tally.cli import app as cli
 from tally.local.functions import cold_start, function
 from tally.local.template import load_template, template_path
 from tally.rules import MAX_NAME_LENGTH, RulesFileError, load_rules, parse_rules

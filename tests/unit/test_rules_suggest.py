@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from tally.dynamodb import serialize
-from tally.live_table import TableShape
+from tally.cli.rules_suggest import render, suggest
+from tally.core.dynamodb import serialize
 from tally.local.template import create_table_from
 from tally.rules import RuleSet, TableKeys, parse_rules
-from tally.rules_suggest import render, suggest
+from tally.rules.live_table import TableShape
 
 PK_SK = TableKeys(partition_key="PK", sort_key="SK")
 NUMBERED = TableKeys(partition_key="pk", sort_key="sk", sort_key_type="N")

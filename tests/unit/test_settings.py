@@ -6,13 +6,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.settings import Settings, SettingsError, settings
+from tally.core.settings import Settings, SettingsError, settings
 
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     settings.cache_clear()
-    monkeypatch.setattr("tally.settings.os.environ", {"SECRET_TOKEN": "s3cr3t-value"})
+    monkeypatch.setattr("tally.core.settings.os.environ", {"SECRET_TOKEN": "s3cr3t-value"})
 
 
 def test_a_missing_variable_is_named_and_nothing_else_is_shown() -> None:
@@ -27,7 +27,7 @@ def test_a_malformed_variable_is_named_without_its_value(budget: str) -> None:
     secret = "s3cr3t-value"
     environment = {"TABLE_NAME": "tally-table", "REPAIR_BUDGET": budget, "SECRET_TOKEN": secret}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("tally.settings.os.environ", environment)
+        patch.setattr("tally.core.settings.os.environ", environment)
         try:
             settings()
         except SettingsError as error:

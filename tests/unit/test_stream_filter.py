@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.rules import RuleSet, parse_rules
-from tally.stream_filter import filter_json, filter_pattern
+from tally.rules.stream_filter import filter_json, filter_pattern
 
 SOCIAL = {
     "rules": [

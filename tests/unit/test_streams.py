@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import EndpointConnectionError
 
-from tally.streams import StreamReader
+from tally.core.streams import StreamReader
 
 ARN = "arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/2026-01-01T00:00:00.000"
 

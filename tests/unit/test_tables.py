@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from tally import cli
+from tally.cli import app as cli
 from tally.local.tables import ALERT_COLUMNS, ALERT_WIDTHS, alert_row, table
 
 

@@ -16,16 +16,17 @@ from typing import Any
 
 import pytest
 
+from tally.core.settings import Settings
 from tally.local.functions import Function, code_root, environment, function, functions
-from tally.local.stack import SAM_ENV_FILE, STATE_DIR_NAME, LocalStack, sam_env
+from tally.local.stack import LocalStack, sam_env
+from tally.local.state import SAM_ENV_FILE, STATE_DIR_NAME
 from tally.local.template import load_template, template_path
 from tally.rules import (
     REPAIR_MARKER,
     RuleSet,
     load_rules,
 )
-from tally.settings import Settings
-from tally.stream_filter import filter_json
+from tally.rules.stream_filter import filter_json
 
 TEMPLATE = load_template(template_path())
 FUNCTIONS = functions(TEMPLATE)
@@ -104,7 +105,7 @@ def settings_read(handler: str) -> set[str]:
     readers = [
         source
         for name, source in code_of(module).items()
-        if name != "tally.settings" and re.search(r"from tally\.settings import", source)
+        if name != "tally.core.settings" and re.search(r"from tally\.core\.settings import", source)
     ]
     read = set()
     for field, info in Settings.model_fields.items():

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.dynamodb import Backoff
+from tally.core.dynamodb import Backoff
 from tally.rules import SumRule, load_rules, parse_rules
 from tally.writers import InvalidRequestError
 from tally.writers import items as limits

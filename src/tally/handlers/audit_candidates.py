@@ -11,7 +11,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tally.observability import logger, metrics, tracer
+from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
 from tally.reconciler.candidates import parse_candidate
 from tally.reconciler.full_audit import Audit, audited_rules

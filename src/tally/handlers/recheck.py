@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tally.observability import logger, metrics, tracer
+from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
 from tally.reconciler.rechecks import parse_recheck
 

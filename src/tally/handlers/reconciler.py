@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from tally.observability import logger, metrics, tracer
+from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
 from tally.reconciler.verification import Deadline
 

@@ -39,10 +39,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from tally.aws import dynamodb_client
-from tally.observability import logger, metrics, tracer
+from tally.core.aws import dynamodb_client
+from tally.core.observability import logger, metrics, tracer
+from tally.core.settings import settings
 from tally.rules import load_rules
-from tally.settings import settings
 from tally.writers import (
     CounterBehindError,
     IdempotencyConflictError,

@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tally.dynamodb import deserialize, serialize
+from tally.core.dynamodb import deserialize, serialize
 from tally.local import inbox, runner, tables
 from tally.local import stack as local_stack
 from tally.local.functions import environ

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tally.timefmt import iso, now_iso
+from tally.core.timefmt import iso, now_iso
 
 ROOT = "AWSDynamoDB"
 SUMMARY = "manifest-summary.json"
@@ -86,8 +86,8 @@ class Export:
 
 def export_table(out: Path, *, segments: int = 4, progress: Progress | None = None) -> Export:
     """The table the environment names (``TABLE_NAME``), exported under ``out``."""
-    from tally.aws import client
-    from tally.settings import settings
+    from tally.core.aws import client
+    from tally.core.settings import settings
 
     return write_export(
         client("dynamodb"), settings().table_name, out, segments=segments, progress=progress

@@ -175,10 +175,10 @@ def variables(values: Mapping[str, str]) -> Iterator[None]:
 @contextlib.contextmanager
 def environ(values: Mapping[str, str]) -> Iterator[None]:
     """Set environment variables for the duration, and this process's cached settings with them."""
+    from tally.core.observability import metrics
+    from tally.core.settings import settings
     from tally.handlers import writer_api
-    from tally.observability import metrics
     from tally.reconciler import runtime
-    from tally.settings import settings
 
     caches = (settings, runtime.rules, runtime._clients, writer_api._writers)
     saved_metrics = metrics.namespace, metrics.service

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-ALERTS_FILE = "alerts.jsonl"
+from tally.local.state import ALERTS_FILE
 
 
 def collect(sqs: Any, inbox_url: str, state_dir: Path) -> list[dict[str, Any]]:

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from tally.core.streams import StreamReader
+from tally.core.timefmt import epoch_iso, iso
 from tally.local.checkpoint import Checkpoint
 from tally.local.sqs_trigger import Invoke, Outage, QueueDepth, QueueTrigger, failed_identifiers
-from tally.streams import StreamReader
-from tally.timefmt import epoch_iso, iso
 
 Say = Callable[[str], None]
 POLLS_PER_SECOND = 4

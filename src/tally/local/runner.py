@@ -11,18 +11,17 @@ from typing import Any, TextIO
 
 from aws_lambda_powertools import Logger
 
+from tally.core.streams import StreamReader, stream_arn
 from tally.local import stack as local_stack
 from tally.local.checkpoint import Checkpoint
 from tally.local.functions import cold_start, environment, function, variables
 from tally.local.pump import CARRY_SECONDS, MappingSettings, Pump, RecheckSchedule, Say
 from tally.local.sqs_trigger import Invoke
 from tally.local.stack import LocalStack
+from tally.local.state import CHECKPOINT_FILE, FUNCTION_LOG
 from tally.local.template import load_template, template_path
 from tally.rules import load_rules
-from tally.streams import StreamReader, stream_arn
 
-CHECKPOINT_FILE = local_stack.CHECKPOINT_FILE
-FUNCTION_LOG = local_stack.FUNCTION_LOG
 # Local mode has no X-Ray daemon (`sam local invoke` disables tracing the same way).
 LOCAL_ENVIRONMENT = {"POWERTOOLS_TRACE_DISABLED": "true"}
 
@@ -66,7 +65,7 @@ def invoker(
     if parallelization is not None:
         values["PARALLELIZATION_FACTOR"] = str(parallelization)
     started = cold_start(spec, values)
-    logger: Logger = started.modules["tally.observability"].logger
+    logger: Logger = started.modules["tally.core.observability"].logger
     runtime = started.modules.get("tally.reconciler.runtime")
     if schedule is not None and runtime is not None:  # a function that sends rechecks
         with variables(values):

@@ -30,12 +30,20 @@ import yaml
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.live_table import TableShape, schema_problems
 from tally.local import processes
 from tally.local.dynamodb_local import JAR_NAME, DynamoDBLocalUnavailable, tail
 from tally.local.dynamodb_local import command as dynamodb_command
 from tally.local.functions import bundled_rules, functions
-from tally.local.inbox import ALERTS_FILE
+from tally.local.state import (
+    ALERTS_FILE,
+    CHECKPOINT_FILE,
+    DYNAMODB_LOG,
+    FUNCTION_LOG,
+    MOTO_LOG,
+    SAM_ENV_FILE,
+    STATE_DIR_NAME,
+    STATE_FILE,
+)
 from tally.local.template import (
     TemplateResourceError,
     create_table,
@@ -48,15 +56,7 @@ from tally.local.template import (
     time_to_live_attribute,
 )
 from tally.rules import load_rules
-
-STATE_DIR_NAME = ".tally"
-STATE_FILE = "local.json"
-# `tally local env --sam`, written by `up` where samconfig.toml's local_invoke expects it.
-SAM_ENV_FILE = "sam-env.json"
-DYNAMODB_LOG = "dynamodb-local.log"
-MOTO_LOG = "moto.log"
-# Where the local stream pump resumes (tally.local.runner writes it).
-CHECKPOINT_FILE = "stream-checkpoint.json"
+from tally.rules.live_table import TableShape, schema_problems
 
 # Resource names are "<prefix>-<suffix>": a second stack on a shared DYNAMODB_ENDPOINT
 # (the demo's) takes another prefix and never writes to the first one's tables.
@@ -196,10 +196,6 @@ def load(state_dir: Path) -> LocalStack | None:
             f"{path} is not a readable tally local state file ({exc}); "
             "stop the processes it names and remove it"
         ) from exc
-
-
-# The functions' JSON logs and EMF metrics, as CloudWatch would hold them; one stack's only.
-FUNCTION_LOG = "functions.log"
 
 
 def env(stack: LocalStack) -> dict[str, str]:

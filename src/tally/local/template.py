@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from tally.live_table import STREAM_VIEW
 from tally.rules import IndexMembers, RuleSet, SequenceRule
+from tally.rules.live_table import STREAM_VIEW
 
 TEMPLATE_FILE = "template.yaml"
 

@@ -11,7 +11,7 @@ Numbers stay exact: children are summed as DECIMAL(38, 9), and only amounts that
 exactly (at most 20 integer and 9 fractional digits) are summed. DynamoDB's numbers reach
 38 digits anywhere from 1E-130 to 1E+126, which no DECIMAL(38, s) holds, so a parent with
 any other number, a child amount that is not a number, or a counter the query cannot read
-exactly, is a candidate whatever its sum: the recount sums it exactly (``tally.numbers``),
+exactly, is a candidate whatever its sum: the recount sums it exactly (``tally.core.numbers``),
 and no rounding can hide drift or make it up.
 
 The query is written once, in Athena's SQL, over the table its own DDL declares (Hive's
@@ -28,7 +28,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tally.key_patterns import Pattern
 from tally.reconciler.candidates import PROBLEMS
 from tally.rules import (
     AnyRule,
@@ -41,6 +40,7 @@ from tally.rules import (
     SumRule,
     TableKeys,
 )
+from tally.rules.key_patterns import Pattern
 
 # Amounts summed exactly: 20 + 9 digits, so a billion of them still fit DECIMAL(38, 9).
 EXACT_AMOUNT = r"^-?[0-9]{1,20}(\.[0-9]{1,9})?$"

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from tally.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
-from tally.numbers import DYNAMODB
+from tally.core.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
+from tally.core.numbers import DYNAMODB
+from tally.core.timefmt import epoch_iso
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.protocol.carry import Carry
-from tally.timefmt import epoch_iso
 
 DAY = 86_400
 FINDING_TTL = 90 * DAY

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from tally.numbers import DYNAMODB
+from tally.core.numbers import DYNAMODB
 from tally.rules import Key, RuleSet
 
 # What the query reports per candidate, besides the rule and the key.

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from tally.dynamodb import Deserializer
-from tally.numbers import add, subtract
+from tally.core.dynamodb import Deserializer
+from tally.core.numbers import add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.reconciler.protocol.judgement import valid_counter
 from tally.rules import (

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from boto3.dynamodb.types import Binary
 
-from tally.numbers import NULL, subtract
+from tally.core.numbers import NULL, subtract
+from tally.core.timefmt import epoch_iso, iso, now_iso
 from tally.reconciler.protocol.judgement import Kind
-from tally.timefmt import epoch_iso, iso, now_iso
 
 RepairStatus = Literal["applied", "skipped", "failed", "dry_run", "disabled"]
 Severity = Literal["info", "warning", "critical"]

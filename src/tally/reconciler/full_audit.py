@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from tally.dynamodb import deserialize
-from tally.numbers import add, number
+from tally.core.dynamodb import deserialize
+from tally.core.numbers import add, number
 from tally.reconciler.candidates import Candidate
 from tally.reconciler.findings import Off
 from tally.reconciler.rechecks import Recheck

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from tally.dynamodb import conditional, deserialize, serialize
+from tally.core.dynamodb import conditional, deserialize, serialize
 from tally.reconciler.changes import LedgerChange
 from tally.rules import Key, SequenceRule
 

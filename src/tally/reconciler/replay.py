@@ -12,10 +12,10 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from tally.aws import client
+from tally.core.aws import client
+from tally.core.settings import settings
+from tally.core.streams import lambda_record
 from tally.reconciler import runtime
-from tally.settings import settings
-from tally.streams import lambda_record
 
 
 def replay(say: Callable[[str], None] = lambda _: None) -> dict[str, int]:

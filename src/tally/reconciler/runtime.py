@@ -8,8 +8,9 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.config import Config
 
-from tally.aws import RETRY_CONFIG, client
-from tally.observability import metrics
+from tally.core.aws import RETRY_CONFIG, client
+from tally.core.observability import metrics
+from tally.core.settings import settings
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.rechecks import RecheckQueue
@@ -17,7 +18,6 @@ from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.table import TallyTable
 from tally.reconciler.verification import CarryId, Reconciler, Stats
 from tally.rules import RuleSet, load_rules
-from tally.settings import settings
 
 
 @lru_cache(maxsize=1)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from tally.dynamodb import (
+from tally.core.dynamodb import (
     Backoff,
     Cancelled,
     Names,
@@ -22,7 +22,7 @@ from tally.dynamodb import (
     serialize,
     transact,
 )
-from tally.numbers import NULL, add, number
+from tally.core.numbers import NULL, add, number
 from tally.reconciler.protocol.judgement import ParentState, Tally
 from tally.rules import (
     REPAIR_MARKER,

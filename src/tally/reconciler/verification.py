@@ -34,7 +34,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tally.numbers import (
+from tally.core.numbers import (
     counter_problem,
     exact_sum,
     subtract,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tally.dynamodb import TransactionFailedError
-from tally.numbers import counter_problem, type_name
+from tally.core.dynamodb import TransactionFailedError
+from tally.core.numbers import counter_problem, type_name
 
 __all__ = [
     "CounterBehindError",

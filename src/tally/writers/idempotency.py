@@ -21,7 +21,7 @@ from typing import Any
 
 from boto3.dynamodb.types import Binary
 
-from tally.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
+from tally.core.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
 from tally.rules import Key, RuleSet
 from tally.writers.errors import IdempotencyConflictError, InvalidRequestError
 from tally.writers.items import binary, utf8_length

@@ -24,7 +24,7 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
+from tally.core.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
 from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet
 from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError

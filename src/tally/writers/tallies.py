@@ -16,7 +16,7 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.dynamodb import (
+from tally.core.dynamodb import (
     Backoff,
     Cancelled,
     Names,

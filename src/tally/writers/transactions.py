@@ -11,7 +11,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
-from tally.dynamodb import Backoff, Cancelled, Names
+from tally.core.dynamodb import Backoff, Cancelled, Names
 from tally.writers.errors import InvalidCounterError
 
 # A revision takes ADD 1 while it stays within 38 digits.

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.numbers import representable
+from tally.core.numbers import representable
 from tally.reconciler.protocol.judgement import (
     ParentState,
     Tally,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Literal
 
-from tally.numbers import Unrepresentable, add, fit, subtract
+from tally.core.numbers import Unrepresentable, add, fit, subtract
 
 
 @dataclass(frozen=True)

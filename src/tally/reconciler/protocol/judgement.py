@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from tally.numbers import ONE, add, counter_problem, fit, representable
+from tally.core.numbers import ONE, add, counter_problem, fit, representable
 from tally.rules import CountRule, Key, SequenceRule, SumRule
 
 TallyRule = CountRule | SumRule

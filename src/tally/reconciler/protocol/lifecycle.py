@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
-from tally.numbers import subtract
+from tally.core.numbers import subtract
 
 # What a look saw: the counter (None: no parent) and the children's truth, as text.
 Observed = tuple[str | None, str]

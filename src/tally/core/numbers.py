@@ -107,7 +107,7 @@ def representable(value: Any) -> bool:
 def number(value: Any) -> Decimal | str:
     """A deserialized attribute value as a number of the domain, or the name of its type."""
     if isinstance(value, Decimal):
-        # Read by tally.dynamodb's Deserializer: in the domain. Only one made elsewhere can be NaN.
+        # Read by core.dynamodb's Deserializer: in the domain. Only one made elsewhere can be NaN.
         return value if value.is_finite() else "N (not finite)"
     return type_name(value)
 

@@ -1,9 +1,5 @@
-"""Rules: the declared counter invariants, loaded and validated once from one TOML file.
-
-What a rule is lives in ``tally.rules_model``, what a rules file must not say in
-``tally.rules_validation``; this module reads the file, runs both, and is where the rest of
-the code imports rules from.
-"""
+"""Loading the rules file: read the TOML, validate it against the model, then against the
+structural checks of ``tally.rules.validation``; every problem names the rule and field."""
 
 from __future__ import annotations
 
@@ -15,37 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tally.rules_model import (
-    MAX_NAME_LENGTH,
-    NO_COUNTER,
-    ORPHAN_GRACE_SECONDS,
-    PK_SK,
-    REPAIR_MARKER,
-    SUM_DIGITS,
-    AnyRule,
-    AttributeMembers,
-    CollectionMembers,
-    CounterHolds,
-    CountRule,
-    IndexMembers,
-    Key,
-    KeyPattern,
-    Match,
-    Members,
-    ParentOf,
-    PartitionMembers,
-    RepairMode,
-    Role,
-    Rule,
-    RulesDocument,
-    RuleSet,
-    SequenceRule,
-    SumRule,
-    TableKeys,
-)
-from tally.rules_validation import describe, structural_problems
+from tally.rules.model import PK_SK, RulesDocument, RuleSet, TableKeys
+from tally.rules.validation import describe, structural_problems
 
-DEFAULT_RULES_FILE = Path(__file__).resolve().parent.parent / "rules.toml"
+DEFAULT_RULES_FILE = Path(__file__).resolve().parents[2] / "rules.toml"
 
 
 class RulesFileError(ValueError):
@@ -85,36 +54,3 @@ def parse_rules(raw: Mapping[str, Any], source: str = "<rules>") -> RuleSet:
     if problems:
         raise RulesFileError(f"rules file {source}:\n  " + "\n  ".join(problems))
     return rule_set
-
-
-__all__ = [
-    "DEFAULT_RULES_FILE",
-    "MAX_NAME_LENGTH",
-    "NO_COUNTER",
-    "ORPHAN_GRACE_SECONDS",
-    "PK_SK",
-    "REPAIR_MARKER",
-    "SUM_DIGITS",
-    "AnyRule",
-    "AttributeMembers",
-    "CollectionMembers",
-    "CountRule",
-    "CounterHolds",
-    "IndexMembers",
-    "Key",
-    "KeyPattern",
-    "Match",
-    "Members",
-    "ParentOf",
-    "PartitionMembers",
-    "RepairMode",
-    "Role",
-    "Rule",
-    "RuleSet",
-    "RulesFileError",
-    "SequenceRule",
-    "SumRule",
-    "TableKeys",
-    "load_rules",
-    "parse_rules",
-]

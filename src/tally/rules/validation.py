@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tally.rules_model import (
+from tally.rules.model import (
     MAX_NAME_LENGTH,
     AnyRule,
     AttributeMembers,

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
 
-from tally.dynamodb import serialize
-from tally.key_patterns import key_text
-from tally.live_table import TableShape, collections
-from tally.numbers import exact_sum
+from tally.core.dynamodb import serialize
+from tally.core.numbers import exact_sum
 from tally.rules import RulesFileError, TableKeys, parse_rules
+from tally.rules.key_patterns import key_text
+from tally.rules.live_table import TableShape, collections
 
 Kind = Literal["count", "sum", "sequence"]
 AGREEMENT = 0.8  # share of sampled parents a proposal must hold for

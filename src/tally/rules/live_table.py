@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tally.dynamodb import deserialize
-from tally.key_patterns import key_text
-from tally.rules import IndexMembers, RuleSet, SequenceRule, TableKeys
+from tally.core.dynamodb import deserialize
+from tally.rules.key_patterns import key_text
+from tally.rules.model import IndexMembers, RuleSet, SequenceRule, TableKeys
 
 STREAM_VIEW = "NEW_AND_OLD_IMAGES"
 

@@ -1,15 +1,16 @@
-"""Options and arguments several ``tally`` commands share: the target, the rules file, and
-files named on the command line."""
+"""Options and arguments several ``tally`` commands share: the target, the rules file, files
+named on the command line, and the types of arguments (segments, seconds, keys)."""
 
 from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
 import stat
 from pathlib import Path
 
-from tally.console import UsageError
+from tally.cli.console import UsageError
 
 EPILOG = "exit codes: 0 clean, 1 findings or failure, 2 usage"
 
@@ -58,3 +59,52 @@ def named_file(path: Path, option: str) -> Path:
     if stat.S_ISDIR(mode):
         raise UsageError(f"{shown}: a directory, not a file")
     return resolved
+
+
+MAX_SEGMENTS = 64
+
+
+def segment_count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_SEGMENTS:
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to {MAX_SEGMENTS}, not {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0, not {text!r}")
+    return value
+
+
+def key_argument(text: str) -> dict[str, str]:
+    try:
+        return parse_key(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def parse_key(text: str) -> dict[str, str]:
+    """``PK=POST#a91f,SK=META`` as a key; ValueError saying what is malformed."""
+    key: dict[str, str] = {}
+    for part in text.split(","):
+        name, equals, value = part.partition("=")
+        if not equals:
+            raise ValueError(f"{part!r} is not NAME=VALUE (e.g. PK=POST#a91f,SK=META)")
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"{name!r} is not an attribute name (no spaces: PK=...,SK=...)")
+        if not value:
+            raise ValueError(f"{name} has no value")
+        if value != value.strip():
+            raise ValueError(f"the value of {name}, {value!r}, starts or ends with a space")
+        if name in key:
+            raise ValueError(f"{name} is given twice")
+        key[name] = value
+    return key

@@ -30,13 +30,13 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from tally.core.settings import SettingsError
 from tally.local.dynamodb_local import DynamoDBLocalUnavailable
 from tally.local.stack import LocalStackError
 from tally.local.tables import ALERT_COLUMNS, ALERT_WIDTHS, alert_row, pattern, plain, table
 from tally.local.template import TemplateError, TemplateNotFoundError
 from tally.reconciler.findings import Finding, Off
 from tally.rules import RulesFileError
-from tally.settings import SettingsError
 
 FAILED, USAGE = 1, 2
 

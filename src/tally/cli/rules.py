@@ -10,9 +10,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally import targets
-from tally.cli_options import EPILOG, rules_file, rules_option, target_options
-from tally.console import Failure
+from tally.cli import targets
+from tally.cli.console import Failure
+from tally.cli.options import EPILOG, rules_file, rules_option, target_options
 from tally.rules import RulesFileError, load_rules
 
 
@@ -75,7 +75,7 @@ def _positive(text: str) -> int:
 
 
 def _filter(options: argparse.Namespace) -> int:
-    from tally.stream_filter import filter_json
+    from tally.rules.stream_filter import filter_json
 
     with targets.environment(None, rules_file(options)):
         rules = load_rules()
@@ -84,8 +84,8 @@ def _filter(options: argparse.Namespace) -> int:
 
 
 def _check(options: argparse.Namespace) -> int:
-    from tally.aws import client
-    from tally.rules_check import check
+    from tally.cli.rules_check import check
+    from tally.core.aws import client
 
     with targets.environment(options.stack, rules_file(options)):
         table = _table()
@@ -101,7 +101,7 @@ def _check(options: argparse.Namespace) -> int:
     if options.json:
         print(json.dumps(report.as_json()))
     else:
-        from tally import console
+        from tally.cli import console
 
         console.out.print("\n".join(report.heading()), markup=False)
         if report.rules:
@@ -112,9 +112,9 @@ def _check(options: argparse.Namespace) -> int:
 
 
 def _suggest(options: argparse.Namespace) -> int:
-    from tally.aws import client
-    from tally.live_table import describe, sample
-    from tally.rules_suggest import render, suggest
+    from tally.cli.rules_suggest import render, suggest
+    from tally.core.aws import client
+    from tally.rules.live_table import describe, sample
 
     with targets.environment(options.stack, None):
         table = _table()

@@ -17,7 +17,6 @@ from typing import Any, cast
 
 from boto3.dynamodb.types import Binary
 
-from tally.live_table import describe, sample, schema_problems
 from tally.reconciler.findings import shown
 from tally.rules import (
     AttributeMembers,
@@ -27,6 +26,7 @@ from tally.rules import (
     SequenceRule,
     SumRule,
 )
+from tally.rules.live_table import describe, sample, schema_problems
 
 EXAMPLES = 3  # example keys shown per flag
 

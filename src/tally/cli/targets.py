@@ -10,7 +10,7 @@ from pathlib import Path
 
 from botocore.config import Config
 
-from tally.console import Failure, UsageError
+from tally.cli.console import Failure, UsageError
 from tally.local import stack as local_stack
 
 # An unreachable endpoint fails in seconds, not after the standard retry mode's backoff.
@@ -75,7 +75,7 @@ def environment(stack_name: str | None, rules: Path | None) -> Iterator[None]:
 
 
 def deployed(stack_name: str) -> dict[str, str]:
-    from tally.aws import client
+    from tally.core.aws import client
 
     outputs = client("cloudformation", config=PREFLIGHT).describe_stacks(StackName=stack_name)
     found = {o["OutputKey"]: o["OutputValue"] for o in outputs["Stacks"][0].get("Outputs", [])}
@@ -91,7 +91,7 @@ def deployed(stack_name: str) -> dict[str, str]:
 
 def item_count() -> int:
     """The target table's item count (an estimate); fails fast when it cannot be reached."""
-    from tally.aws import client
+    from tally.core.aws import client
 
     name = table_name()  # before any client: no stack is said as such, not as "no region"
     dynamodb = client("dynamodb", config=PREFLIGHT)

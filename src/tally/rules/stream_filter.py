@@ -12,8 +12,8 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from tally.key_patterns import Pattern
-from tally.rules import CountRule, RuleSet, SumRule
+from tally.rules.key_patterns import Pattern
+from tally.rules.model import CountRule, RuleSet, SumRule
 
 _EVERYTHING: list[Any] = [{"exists": True}]
 

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from tally.key_patterns import (
+from tally.rules.key_patterns import (
     EXACT,
     NUMBERED,
     PREFIX,

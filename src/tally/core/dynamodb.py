@@ -14,7 +14,7 @@ from typing import Any, cast
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
-from tally.numbers import DIGITS, DYNAMODB, parse
+from tally.core.numbers import DIGITS, DYNAMODB, parse
 
 
 class Deserializer(TypeDeserializer):

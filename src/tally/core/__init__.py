@@ -1,0 +1,1 @@
+"""The ground floor: AWS clients, DynamoDB's types and numbers, settings, logs, stream reading."""
