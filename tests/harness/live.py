@@ -42,13 +42,13 @@ from typing import Any
 
 import boto3
 
+from tally.core.settings import settings
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.pump import MappingSettings, Pump, RecheckSchedule
 from tally.local.template import load_template, template_path
 from tally.reconciler import runtime
 from tally.rules import REPAIR_MARKER, RuleSet
-from tally.settings import settings
 from tally.writers import SequenceAllocator, TallyWriter
 from tests.harness.application import (
     HOT,
