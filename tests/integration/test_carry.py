@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from tally.reconciler.counts import SMALL_PARENT
 from tally.reconciler.table import TallyTable
-from tally.reconciler.verification import SMALL_PARENT
 from tally.rules import load_rules
 from tally.settings import settings
 from tally.writers import TallyWriter

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tally.reconciler import runtime, verification
+from tally.reconciler import batches, runtime
 from tally.rules import load_rules
 from tally.settings import settings
 from tally.writers import TallyWriter
@@ -134,7 +134,7 @@ def test_a_batch_whose_collections_prove_themselves_starts_no_worker(
         pools.append(workers)
         return ThreadPoolExecutor(workers, **options)
 
-    monkeypatch.setattr(verification, "ThreadPoolExecutor", counted_pool)
+    monkeypatch.setattr(batches, "ThreadPoolExecutor", counted_pool)
     checker = runtime.reconciler()
     assert checker.verify_batch(stack.records()) == []
     assert pools == []
