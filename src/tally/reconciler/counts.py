@@ -1,6 +1,9 @@
-"""Step 2, count and sum verification: a settled recount of one parent, judged against its
-counter (``protocol.judgement``), repaired or reported; TTL expiries applied as decrements;
-counters kept by a stream aggregator judged only after its lag."""
+"""Step 2, count and sum verification: a settled recount of one parent (read the parent,
+count or sum the children, read the parent again: an unchanged revision makes the count a
+snapshot; retry, then defer to a recheck), judged against its counter
+(``protocol.judgement``), repaired or reported. Small parents are recounted at once instead
+of carried. TTL expiries are applied as decrements. A counter kept by a stream aggregator is
+judged only after its lag, on an offset that held across the lag, and never repaired."""
 
 from __future__ import annotations
 
@@ -149,20 +152,8 @@ class Counts:
         if never:
             self._reporter.alert_unrepaired(finding.with_repair(Repair("skipped", never)))
             return True
-        fix = Repair(
-            "applied", "counter set to the settled recount", finding.stored, finding.actual
-        )
-        committed = self._repairer.repair(
-            rule,
-            finding,
-            fix,
-            key,
-            {rule.counter: finding.actual},
-            lambda marker, logged: self._table.set_counter(
-                rule, key, snapshot.parent, finding.actual, marker, logged
-            ),
-            committed=True,
-        )
+        why = "counter set to the settled recount"
+        committed = self._repairer.set_counter(rule, finding, why, snapshot.parent, finding.actual)
         if committed:
             self._reporter.drift_lived(finding)
         return committed is not False
@@ -298,10 +289,7 @@ class Counts:
             refused = group.expiries
         else:
             for expiry in group.expiries:
-                marker, logged = self._repairer.expiry_marker(expiry.event_id, group.parent_key)
-                outcome = self._table.decrement(
-                    rule, group.parent_key, expiry.delta, marker, logged
-                )
+                outcome = self._repairer.decrement(rule, group.parent_key, expiry)
                 if outcome == "applied":
                     self._stats().ttl_decrements += 1
                 elif outcome == "refused":

@@ -247,21 +247,8 @@ class Sequences:
             why = never_repaired(rule, revision.kind, revision.attribute, revision.revision)
             self._reporter.alert_unrepaired(revision.with_repair(Repair("skipped", why)))
             return 1
-        fix = Repair(
-            "applied", "counter raised to the highest member", finding.stored, finding.actual
-        )
-        committed = self._repairer.repair(
-            rule,
-            finding,
-            fix,
-            key,
-            {rule.counter: Decimal(highest)},
-            lambda marker, logged: self._table.set_counter(
-                rule, key, counter, Decimal(highest), marker, logged
-            ),
-            committed=True,
-        )
-        if committed is not False:
+        why = "counter raised to the highest member"
+        if self._repairer.set_counter(rule, finding, why, counter, Decimal(highest)) is not False:
             return 1
         # The counter moved (a writer caught up): look again, over the same horizon.
         self._scheduler.schedule(rule, key, recheck.counter_seen, "counter moved during repair")
@@ -342,16 +329,7 @@ class Sequences:
             refusal = (
                 "the number is not a member's key: no tombstone can keep it from a late writer"
             )
-        outcome = self._repairer.repair(
-            rule,
-            finding,
-            Repair("applied", "VOID tombstone written", None, "VOID"),
-            self._table.void_key(rule, key, number),
-            {"void": True},
-            lambda marker, logged: self._table.put_void(rule, key, number, anchor, marker, logged),
-            committed="written",
-            refusal=refusal,
-        )
+        outcome = self._repairer.put_void(rule, finding, number, anchor, refusal)
         if outcome is None:
             return "reported"
         return "voided" if outcome == "written" else outcome

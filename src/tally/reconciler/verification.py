@@ -1,25 +1,10 @@
-"""The verification protocol, top to bottom in the order docs/verification.md describes it.
+"""The reconciler's one door for handlers, rechecks, the full audit, replay and the local pump.
 
-1. Fast path: a group whose counter deltas equal its child deltas proves itself; no read.
-   Carry: a hot parent's remainder waits in the audit table for the batch that cancels it
-   (a transaction split by the batch boundary), balanced or not; one that persists past the
-   window is recounted. Small parents are recounted at once.
-2. Settled recount: read the parent, count or sum the children, read the parent again;
-   an unchanged revision makes the count a snapshot. Retry, then defer to a recheck.
-   A counter kept by a stream aggregator is judged only after its lag, on an offset that
-   held across the lag, and never repaired.
-3. Repair: SET the counter to the truth, fenced on the verified counter and revision, in
-   one transaction with its log, its marker's record and its alert. A record carrying a
-   repair marker is the reconciler's own only if the audit table logged that marker.
-4. Gaps: an unbalanced sequence waits out its grace period; the recheck is authoritative.
-   A counter that goes down is a finding at once. Members numbered in an attribute are read
-   from the member ledger the stream keeps; a number a member gave up is judged again.
-5. Alerts: one message per finding through the outbox, de-duplicated by the finding's
-   identity and outcome.
-
-``Reconciler`` is the one door for handlers, rechecks, the full audit and replay; the steps
-live in ``batches`` (running a batch), ``counts`` (step 2), ``carry_book`` (step 1b),
-``repairer`` (step 3), ``sequences`` (step 4) and ``reporter`` (step 5).
+The protocol's steps, in docs/verification.md's order, live in modules of their own:
+``groups`` (step 1, the fast path), ``carry_book`` (1b), ``counts`` (2), ``repairer`` (3),
+``sequences`` (4) and ``reporter`` (5); ``batches`` runs a batch's item collections,
+``scheduling`` puts rechecks on the queue, ``second_looks`` judges parents that are gone.
+Their decisions are ``protocol``'s, functions of values.
 """
 
 from __future__ import annotations
@@ -88,7 +73,7 @@ class Reconciler:
             store, alerts, self._book, alerting=alerting, remind_seconds=remind_seconds
         )
         looks = SecondLooks(self._reporter, self._scheduler)
-        repairer = Repairer(store, policy, self._reporter)
+        repairer = Repairer(table, store, policy, self._reporter)
         self._counts = Counts(table, repairer, self._reporter, looks, self._scheduler, self._book)
         self._sequences = Sequences(
             table, store, repairer, self._reporter, looks, self._scheduler, self._book, ledger
