@@ -61,34 +61,25 @@ class Reconciler:
         concurrency: int = 1,
         alerting: bool = True,
     ):
-        self.rules = rules
-        self.table = table
-        self.store = store
-        self._queue = rechecks
-        self._book = StatsBook()
-        self._scheduler = Scheduler(
-            rechecks, store, self._book, settle=settle or Settle(), carry_seconds=carry_seconds
+        self.rules, self.table, self.store = rules, table, store
+        self._queue, self._policy = rechecks, policy
+        book = self._book = StatsBook()
+        settle = settle or Settle()
+        scheduler = self._scheduler = Scheduler(
+            rechecks, store, book, settle=settle, carry_seconds=carry_seconds
         )
-        self._reporter = Reporter(
-            store, alerts, self._book, alerting=alerting, remind_seconds=remind_seconds
+        reporter = self._reporter = Reporter(
+            store, alerts, book, alerting=alerting, remind_seconds=remind_seconds
         )
-        looks = SecondLooks(self._reporter, self._scheduler)
-        repairer = Repairer(table, store, policy, self._reporter)
-        self._counts = Counts(table, repairer, self._reporter, looks, self._scheduler, self._book)
-        self._sequences = Sequences(
-            table, store, repairer, self._reporter, looks, self._scheduler, self._book, ledger
+        looks = SecondLooks(reporter, scheduler)
+        repairer = Repairer(table, store, policy, reporter)
+        counts = self._counts = Counts(table, repairer, reporter, looks, scheduler, book)
+        sequences = self._sequences = Sequences(
+            table, store, repairer, reporter, looks, scheduler, book, ledger
         )
-        self._carries = CarryBook(store, self._scheduler, self._book, open_carries)
-        self._groups = GroupVerifier(
-            self._counts,
-            self._sequences,
-            self._carries,
-            self._scheduler,
-            self._book,
-            carrying=carrying,
-        )
-        self._runner = CollectionRunner(self._book, concurrency)
-        self._policy = policy
+        carries = self._carries = CarryBook(store, scheduler, book, open_carries)
+        self._groups = GroupVerifier(counts, sequences, carries, scheduler, book, carrying=carrying)
+        self._runner = CollectionRunner(book, concurrency)
 
     # --- modes and outcomes, read-only ---------------------------------------------------
 
@@ -141,10 +132,8 @@ class Reconciler:
             (g for g in batch.groups.values() if g.rule.repair != "off"),
             self.rules.table.partition_key,
         )
-        groups = self._groups
-        failed, alerts_pending = self._runner.run(
-            collections, groups.verify, groups.needs_no_table, deadline
-        )
+        verify, needs_no_table = self._groups.verify, self._groups.needs_no_table
+        failed, alerts_pending = self._runner.run(collections, verify, needs_no_table, deadline)
         if alerts_pending and not (deadline is not None and deadline.near()):
             self.flush_alerts()
         return sorted(failed, key=int)
