@@ -213,8 +213,7 @@ def run_engine(engine: str, out: Path) -> dict[str, Any]:
     from tally.reconciler.full_audit import Audit, audited_rules, full_audit
     from tally.reconciler.repairs import RepairPolicy
 
-    checker = runtime.reconciler()
-    checker.policy = RepairPolicy(enabled=True, dry_run=True, budget=10**9)
+    checker = runtime.reconciler(RepairPolicy(enabled=True, dry_run=True, budget=10**9))
     phases: dict[str, float] = {}
     started = time.monotonic()
     if engine == "floor":

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tally.core.settings import settings
-from tally.reconciler import runtime, verification
+from tally.reconciler import batches, runtime
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack
@@ -134,7 +134,7 @@ def test_a_batch_whose_collections_prove_themselves_starts_no_worker(
         pools.append(workers)
         return ThreadPoolExecutor(workers, **options)
 
-    monkeypatch.setattr(verification, "ThreadPoolExecutor", counted_pool)
+    monkeypatch.setattr(batches, "ThreadPoolExecutor", counted_pool)
     checker = runtime.reconciler()
     assert checker.verify_batch(stack.records()) == []
     assert pools == []

@@ -105,9 +105,8 @@ def test_the_scan_engine_and_the_export_engine_agree(stack: Stack, tmp_path: Pat
     write_export(stack.dynamodb, stack.table, tmp_path)
     logs = []
     for engine in ("scan", "duckdb"):
-        checker = runtime.reconciler()
         # A dry run each, so the first engine's repairs leave the second its findings.
-        checker.policy = RepairPolicy(enabled=True, dry_run=True, budget=100)
+        checker = runtime.reconciler(RepairPolicy(enabled=True, dry_run=True, budget=100))
         if engine == "scan":
             full_audit(checker, segments=2)
         else:

@@ -84,7 +84,7 @@ def test_an_error_while_checking_stops_the_scanning_threads_and_is_raised(
     def fail(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the table went away")
 
-    monkeypatch.setattr(checker, "verify_parent", fail)
+    monkeypatch.setattr(checker, "audit_parent", fail)
     before = threading.active_count()
     with pytest.raises(RuntimeError, match="the table went away"):
         full_audit(checker, segments=4)
@@ -109,8 +109,7 @@ def test_the_audit_report_shows_drift_already_alerted_as_standing(
     )
     stack.settle()
     [alerted] = stack.alerts()
-    checker = runtime.reconciler()
-    checker.alerting = alerting
+    checker = runtime.reconciler(alerting=alerting)
     report = full_audit(checker, rule="order-total")
     [off] = report.state
     assert (off.finding.kind, off.finding.key, off.status) == ("drift", alerted["key"], "standing")

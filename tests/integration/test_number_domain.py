@@ -71,16 +71,14 @@ def balance(stack: Stack, pk: str) -> Any:
 
 
 def audit(*, repair: bool = True, segments: int = 2) -> tuple[AuditReport, list[Any]]:
-    checker = runtime.reconciler()
-    checker.policy = RepairPolicy(enabled=True, dry_run=not repair, budget=10**9)
+    checker = runtime.reconciler(RepairPolicy(enabled=True, dry_run=not repair, budget=10**9))
     report = full_audit(checker, segments=segments)
     return report, checker.log
 
 
 def audit_export(stack: Stack, tmp_path: Path) -> tuple[AuditReport, list[Any]]:
     write_export(stack.dynamodb, stack.table, tmp_path)
-    checker = runtime.reconciler()
-    checker.policy = RepairPolicy(enabled=True, dry_run=False, budget=10**9)
+    checker = runtime.reconciler(RepairPolicy(enabled=True, dry_run=False, budget=10**9))
     report = duckdb_audit(checker, read_export(tmp_path))
     return report, checker.log
 
@@ -289,9 +287,9 @@ def test_generated_parents_through_the_stream_the_scan_and_the_export(
 
 
 def _dry_audit() -> list[Any]:
-    checker = runtime.reconciler()
-    checker.policy = RepairPolicy(enabled=True, dry_run=True, budget=10**9)
-    checker.alerting = False
+    checker = runtime.reconciler(
+        RepairPolicy(enabled=True, dry_run=True, budget=10**9), alerting=False
+    )
     full_audit(checker, segments=2)
     return checker.log
 
@@ -299,8 +297,8 @@ def _dry_audit() -> list[Any]:
 def _dry_export(stack: Stack, paths: pytest.TempPathFactory) -> list[Any]:
     directory = paths.mktemp("export")
     write_export(stack.dynamodb, stack.table, directory)
-    checker = runtime.reconciler()
-    checker.policy = RepairPolicy(enabled=True, dry_run=True, budget=10**9)
-    checker.alerting = False
+    checker = runtime.reconciler(
+        RepairPolicy(enabled=True, dry_run=True, budget=10**9), alerting=False
+    )
     duckdb_audit(checker, read_export(directory))
     return checker.log

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.verification import Stats
+from tally.reconciler.stats import Stats
 
 
 @settings(max_examples=1000, deadline=None)

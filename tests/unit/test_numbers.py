@@ -36,6 +36,7 @@ from tally.reconciler.full_audit import _disagrees, _tally
 from tally.reconciler.protocol.carry import Carry
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.scheduling import Settle
 from tally.reconciler.table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import load_rules
@@ -295,9 +296,9 @@ def reconciler(parent: Parent) -> Reconciler:
         None,  # type: ignore[arg-type]
         FakeRechecks(),  # type: ignore[arg-type]
         RepairPolicy(dry_run=True),
+        Settle(attempts=2, pause_seconds=0),
+        alerting=False,
     )
-    checker.alerting = False
-    checker.settle = type(checker.settle)(attempts=2, pause_seconds=0)
     return checker
 
 
@@ -423,7 +424,7 @@ def test_every_path_judges_the_whole_domain_like_the_reference(parent: Parent) -
     assert findings(checker) == expected
     # The recount on its own, as replay and both audit engines run it.
     recount = reconciler(parent)
-    recount.verify_parent(parent.rule, parent.key, None)
+    recount.audit_parent(parent.rule, parent.key)
     assert findings(recount) == expected
     # The scan engine's candidate test: a parent is a candidate exactly when it has a finding.
     collection: dict[Any, Any] = {}
@@ -476,7 +477,7 @@ def _export_json(item: dict[str, Any]) -> dict[str, Any]:
 def test_a_fractional_counter_finding_says_what_is_wrong() -> None:
     parent = Parent(LIKES, "POST#1", {"N": "2.5"}, MISSING, [MISSING, MISSING])
     checker = reconciler(parent)
-    checker.verify_parent(LIKES, parent.key, None)
+    checker.audit_parent(LIKES, parent.key)
     [finding] = checker.log
     assert (finding.kind, finding.stored) == ("invalid_counter", Decimal("2.5"))
     assert "counter 2.5 is not an integer" in finding.detail

@@ -22,11 +22,13 @@ from tally.core.dynamodb import deserialize, serialize
 from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.counts import SMALL_PARENT
 from tally.reconciler.findings import Finding
 from tally.reconciler.rechecks import Recheck, RecheckQueue, parse_recheck
 from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.scheduling import Settle
 from tally.reconciler.table import TallyTable
-from tally.reconciler.verification import SMALL_PARENT, Reconciler, Settle
+from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules, parse_rules
 from tests.utils import stream_record
 
@@ -61,17 +63,24 @@ class Rig:
     alert_queue: str
     recheck_queue: str
 
-    def reconciler(self, policy: RepairPolicy | None = None, rules: RuleSet = RULES) -> Reconciler:
+    def reconciler(
+        self,
+        policy: RepairPolicy | None = None,
+        rules: RuleSet = RULES,
+        carrying: bool = True,
+        rechecks: RecheckQueue | None = None,
+    ) -> Reconciler:
         store = AuditStore(self.ddb, AUDIT)
         return Reconciler(
             rules,
             TallyTable(self.ddb, MAIN, rules),
             store,
             AlertPublisher(self.sns, self.topic_arn, store),
-            RecheckQueue(self.sqs, self.recheck_queue),
+            rechecks or RecheckQueue(self.sqs, self.recheck_queue),
             policy or RepairPolicy(),
             Settle(attempts=4, pause_seconds=0),
             carry_seconds=0,  # moto would hide a delayed recheck from ``run_rechecks``
+            carrying=carrying,
         )
 
     @property
@@ -295,8 +304,7 @@ def test_a_replay_recounts_records_the_carry_has_already_passed(rig: Rig) -> Non
     later = hot_likes(100, 2)
     checker = rig.reconciler()
     checker.verify_batch(later[:1])  # a later batch carries, past the failed one's records
-    replaying = rig.reconciler()
-    replaying.carrying = False
+    replaying = rig.reconciler(carrying=False)
     assert replaying.verify_batch(failed) == []
     [finding] = replaying.log
     assert (finding.kind, finding.stored, finding.actual) == ("drift", HOT + 40, HOT)

@@ -40,9 +40,8 @@ def cart(rig: Rig, total: Any, quantities: list[int]) -> None:
 
 
 def checker(rig: Rig) -> tuple[Reconciler, Scheduled]:
-    found, scheduled = rig.reconciler(rules=RULES), Scheduled()
-    found.rechecks = scheduled
-    return found, scheduled
+    scheduled = Scheduled()
+    return rig.reconciler(rules=RULES, rechecks=scheduled), scheduled
 
 
 def later(rig: Rig, observed: tuple[str | None, str] | None) -> tuple[Reconciler, Scheduled]:

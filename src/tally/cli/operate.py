@@ -34,12 +34,11 @@ def audit(options: argparse.Namespace) -> int:
         export = None
         if options.export is not None:
             export = _read_export(options.export, options.export_of_another_table)
-        reconciler = runtime.reconciler()
         # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
-        reconciler.policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
+        policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
         alerting = options.repair or options.alert
         # A dry run's findings are shown to the operator, not recorded or published.
-        reconciler.alerting = alerting
+        reconciler = runtime.reconciler(policy, alerting=alerting)
         if export is not None:
             from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
 

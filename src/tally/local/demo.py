@@ -260,8 +260,7 @@ def _final_audit() -> Any:
     from tally.reconciler.full_audit import full_audit
     from tally.reconciler.repairs import RepairPolicy
 
-    reconciler = runtime.reconciler()
-    reconciler.policy = RepairPolicy(dry_run=True)
+    reconciler = runtime.reconciler(RepairPolicy(dry_run=True))
     return full_audit(reconciler)
 
 

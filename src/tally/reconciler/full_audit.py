@@ -148,15 +148,12 @@ class Audit:
             if defer:
                 reconciler.schedule_recheck(target, key, seen, "full audit")
             else:
-                epoch = reconciler.store.sequence_state(target.name, key)[1]  # the horizon's life
+                epoch = reconciler.sequence_epoch(target, key)  # the horizon's life
                 self._due.append(Recheck(target.name, key, seen, "full audit", epoch=epoch))
             return
         self.report.recounted += 1
-        reconciler.inline_rechecks = None if defer else self._later
-        if target.lag_seconds is None:
-            reconciler.verify_parent(target, key, None)
-        else:
-            reconciler.verify_aggregated(target, key, None)  # a finding only a lag later
+        reconciler.hold_cascade_rechecks(None if defer else self._later)
+        reconciler.audit_parent(target, key)  # aggregated: a finding only a lag later
 
     def check_candidates(self, candidates: Iterable[Candidate], defer: bool) -> None:
         """The audit query's rows, each through the same path as a scanned candidate."""
@@ -171,7 +168,7 @@ class Audit:
         grace = max([grace, *(delay for _, delay in self._later)])
         if grace > 0:
             self._sleep(grace)  # every horizon was read by now: one wait ages them all
-        self.reconciler.inline_rechecks = None  # a second look that differs goes to the queue
+        self.reconciler.hold_cascade_rechecks(None)  # a second look that differs: the queue
         for recheck in [*self._due, *(recheck for recheck, _ in self._later)]:
             self.reconciler.recheck(recheck)
         self.reconciler.flush_alerts()
@@ -286,25 +283,10 @@ def _scan(
         yield target, dict(target.parent), _Seen()
     for target in rules:
         if isinstance(target, SequenceRule) and isinstance(target.members, AttributeMembers):
-            dropped = rebuild_ledger(reconciler, target, ledger.get(target.name, []))
+            dropped = reconciler.rebuild_ledger(target, ledger.get(target.name, []))
             # Without a counter, a dropped number may lie above every member still held.
             seen = _Seen(True, dropped) if dropped and not target.has_counter else _Seen()
             yield target, dict(target.parent), seen
-
-
-def rebuild_ledger(
-    reconciler: Reconciler, rule: SequenceRule, scanned: list[tuple[int, Key]]
-) -> int:
-    """The member ledger made to agree with the scan, before the sequence is judged;
-    returns the highest number it dropped (0: none)."""
-    counter = dict(rule.parent)
-    _, dropped = reconciler.ledger.rebuild(
-        rule, counter, scanned, lambda key: reconciler.table.attribute_number(rule, key)
-    )
-    if dropped:
-        # A number no longer held is judged again, wherever the watermark stood.
-        reconciler.store.lower_watermark(rule.name, counter, min(dropped) - 1)
-    return max(dropped, default=0)
 
 
 def _scan_segment(

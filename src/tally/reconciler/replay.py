@@ -22,9 +22,8 @@ def replay(say: Callable[[str], None] = lambda _: None) -> dict[str, int]:
     """Replay every message on the on-failure queue; delete the ones verified."""
     queue = settings().require("stream_failure_queue_url")
     sqs, streams = client("sqs"), client("dynamodbstreams")
-    checker = runtime.reconciler()
     # Later batches may have carried past these records: each group is recounted instead.
-    checker.carrying = False
+    checker = runtime.reconciler(carrying=False)
     outcome = {"messages": 0, "records": 0, "aged_out": 0, "failed": 0}
     for message in _messages(sqs, queue):
         outcome["messages"] += 1

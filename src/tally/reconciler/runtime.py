@@ -13,10 +13,12 @@ from tally.core.observability import metrics
 from tally.core.settings import settings
 from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.carry_book import CarryId
 from tally.reconciler.rechecks import RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.stats import Stats
 from tally.reconciler.table import TallyTable
-from tally.reconciler.verification import CarryId, Reconciler, Stats
+from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules
 
 
@@ -51,8 +53,11 @@ def _clients() -> tuple[Any, Any, Any]:
     )
 
 
-def reconciler() -> Reconciler:
-    """A fresh Reconciler: its stats and repair budget are per invocation."""
+def reconciler(
+    policy: RepairPolicy | None = None, *, alerting: bool = True, carrying: bool | None = None
+) -> Reconciler:
+    """A fresh Reconciler: its stats and repair budget are per invocation. By default it
+    repairs as the settings say, alerts, and carries unless batches may run concurrently."""
     env = settings()
     dynamodb, sns, sqs = _clients()
     store = AuditStore(dynamodb, env.require("audit_table_name"))
@@ -62,12 +67,13 @@ def reconciler() -> Reconciler:
         store,
         AlertPublisher(sns, env.require("alert_topic_arn"), store),
         RecheckQueue(sqs, env.require("recheck_queue_url")),
-        RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
+        policy or RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
         remind_seconds=env.alert_reminder_hours * 3600,
         carry_seconds=env.carry_seconds,
         open_carries=_OPEN_CARRIES,
-        carrying=env.parallelization_factor == 1,
+        carrying=env.parallelization_factor == 1 if carrying is None else carrying,
         concurrency=env.verify_concurrency,
+        alerting=alerting,
     )
 
 

@@ -1,0 +1,304 @@
+"""Step 2, count and sum verification: a settled recount of one parent (read the parent,
+count or sum the children, read the parent again: an unchanged revision makes the count a
+snapshot; retry, then defer to a recheck), judged against its counter
+(``protocol.judgement``), repaired or reported. Small parents are recounted at once instead
+of carried. TTL expiries are applied as decrements. A counter kept by a stream aggregator is
+judged only after its lag, on an offset that held across the lag, and never repaired."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, replace
+from decimal import Decimal
+
+from tally.core.numbers import exact_sum, subtract
+from tally.reconciler.changes import Group
+from tally.reconciler.findings import Finding, Repair, shown
+from tally.reconciler.protocol import lifecycle
+from tally.reconciler.protocol.judgement import (
+    ParentState,
+    Tally,
+    drifted,
+    never_repaired,
+    valid_counter,
+)
+from tally.reconciler.protocol.judgement import judge as verdict_on
+from tally.reconciler.protocol.lifecycle import Observed
+from tally.reconciler.repairer import Repairer
+from tally.reconciler.reporter import Reporter
+from tally.reconciler.scheduling import Scheduler
+from tally.reconciler.second_looks import SecondLooks, observation
+from tally.reconciler.stats import StatsBook
+from tally.reconciler.table import TallyTable
+from tally.rules import CountRule, Key, SumRule
+
+TallyRule = CountRule | SumRule
+# Count parents up to this many children are recounted at once instead of carried: a
+# consistent Select=COUNT over 100 small (~40 byte) children reads about 1 RCU, so the
+# recount (about 3 RCU) costs less than the carry's read, write (1 WCU, priced as 5 RCU) and
+# later recheck, and leaves no state behind.
+SMALL_PARENT = 100
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A settled read: the parent and its children's truth at one moment."""
+
+    parent: ParentState
+    tally: Tally
+    confirmations: int = 1
+
+
+class Counts:
+    """Recounts parents of count and sum rules; repairs through the repairer."""
+
+    def __init__(
+        self,
+        table: TallyTable,
+        repairer: Repairer,
+        reporter: Reporter,
+        looks: SecondLooks,
+        scheduler: Scheduler,
+        stats: StatsBook,
+    ):
+        self._table = table
+        self._repairer = repairer
+        self._reporter = reporter
+        self._looks = looks
+        self._scheduler = scheduler
+        self._stats = stats
+
+    def measure_parent(self, rule: TallyRule, group: Group) -> tuple[bool, ParentState | None]:
+        """Is a recount cheaper than the carry? With the parent's read, when it took one.
+
+        A count parent's size is its counter as the batch found it, before its first write:
+        a rogue write of a large value does not make a small parent look hot. A group of
+        child records only reads the counter (that read then opens the recount). A sum says
+        nothing of its children's number: one bounded ``Select=COUNT`` tells.
+        """
+        if not isinstance(rule, CountRule):
+            return not self._table.has_more_children(rule, group.parent_key, SMALL_PARENT), None
+        if group.counter_before is not None:
+            return group.counter_before <= SMALL_PARENT, None
+        state = self._table.read_parent(rule, group.parent_key)
+        counter = state.counter if state.counter is not None else Decimal(0)
+        if not state.exists or not valid_counter(rule, counter):
+            return True, state  # orphans or a broken counter: the recount reports it now
+        return counter <= SMALL_PARENT, state
+
+    def verify_parent(
+        self,
+        rule: TallyRule,
+        key: Key,
+        group: Group | None,
+        *,
+        retry_fence: bool = True,
+        first: ParentState | None = None,
+        first_seen: str | None = None,
+        observed: Observed | None = None,
+    ) -> None:
+        """Recount one parent (``first``: its read already taken); repair and report.
+
+        ``observed``: the orphans an earlier look saw (children without their parent).
+        """
+        snapshot = self.settled_recount(rule, key, first)
+        if snapshot is None:
+            self._stats().deferred += 1
+            self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
+            return
+        self._stats().checked += 1
+        self.report_malformed(rule, key, snapshot.tally)
+        finding = self.finding_of(rule, key, snapshot, group, first_seen)
+        if finding is None:
+            self._stats().consistent += 1
+            if not self._repairer.writes(rule):
+                self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+            return
+        if finding.kind == "orphans":
+            self._looks.judge_orphans(rule, key, finding, observed)
+            return
+        if group is not None and lifecycle.emptied(
+            rule.orphan_grace_seconds,
+            finding.kind,
+            finding.actual,
+            group.counter_delta,
+            (e.event for e in group.evidence),
+        ):
+            # Every child went away and nothing else moved: a deletion that takes the
+            # children first and the parent next (a BatchWriteItem is no transaction).
+            self._looks.look_again(rule, key, finding, "emptied: waiting for a cascade")
+            return
+        if self.repair(rule, key, snapshot, finding):
+            return
+        # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
+        if retry_fence:
+            self.verify_parent(rule, key, group, retry_fence=False, first_seen=first_seen)
+            return
+        self._reporter.alert_unrepaired(
+            finding.with_repair(
+                Repair("failed", "the parent changed during repair twice; a recheck will follow")
+            )
+        )
+        self._scheduler.schedule(rule, key, 0, "repair fence failed twice")
+
+    def recount(self, rule: TallyRule, key: Key, first_seen: str | None) -> None:
+        """Recount one parent for its carry: the drift dates from the carry's first record."""
+        self.verify_parent(rule, key, None, first_seen=first_seen)
+
+    def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
+        """Repair and report the finding; False when the fence failed (nothing written)."""
+        never = never_repaired(rule, finding.kind, finding.attribute, finding.revision)
+        if never:
+            self._reporter.alert_unrepaired(finding.with_repair(Repair("skipped", never)))
+            return True
+        why = "counter set to the settled recount"
+        committed = self._repairer.set_counter(rule, finding, why, snapshot.parent, finding.actual)
+        if committed:
+            self._reporter.drift_lived(finding)
+        return committed is not False
+
+    def settled_recount(
+        self, rule: TallyRule, key: Key, first: ParentState | None = None
+    ) -> Snapshot | None:
+        """A count that is a true snapshot, or None when the parent never held still.
+
+        With a revision, one settled read suffices: writers bump it with every counter
+        change, so an A->B->A change cannot pass. Without one, drift is only called when
+        two settled reads agree.
+        """
+        settle = self._scheduler.settle
+        agreed: Snapshot | None = None
+        for attempt in range(settle.attempts):
+            if attempt:
+                time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
+            before = first if first and not attempt else self._table.read_parent(rule, key)
+            tally = self._table.tally_children(rule, key)
+            after = self._table.read_parent(rule, key)
+            if not before.same_as(after):
+                agreed = None
+                continue
+            snapshot = Snapshot(after, tally)
+            if rule.revision is not None or not drifted(rule, after, tally):
+                return snapshot
+            if agreed is not None and agreed == snapshot:
+                return Snapshot(after, tally, confirmations=2)
+            agreed = snapshot
+        return None
+
+    def finding_of(
+        self,
+        rule: TallyRule,
+        key: Key,
+        snapshot: Snapshot,
+        group: Group | None,
+        first_seen: str | None = None,
+    ) -> Finding | None:
+        """The judgement of a settled recount as a finding; None: consistent."""
+        verdict = verdict_on(
+            rule,
+            snapshot.parent,
+            snapshot.tally,
+            confirmations=snapshot.confirmations,
+            ttl_removed=group is not None and group.ttl_removed,
+        )
+        if verdict is None:
+            return None
+        stored = verdict.stored
+        if verdict.kind == "invalid_counter":
+            stored = shown(stored)  # by type and size, never the value
+        return Finding(
+            kind=verdict.kind,
+            rule=rule.name,
+            table=self._table.name,
+            key=key,
+            attribute=verdict.attribute,
+            stored=stored,
+            actual=verdict.actual,
+            evidence=tuple(group.evidence) if group else (),
+            detail="; ".join(verdict.details),
+            revision=snapshot.parent.revision,
+            first_seen=group.first_seen if group else first_seen,
+        )
+
+    def report_malformed(self, rule: TallyRule, key: Key, tally: Tally) -> None:
+        """A child whose amount is not a number counts 0: each is a finding of its own, by its
+        key, attribute and type (never its value), never repaired."""
+        if not isinstance(rule, SumRule):
+            return
+        for child, kind in tally.unreadable:
+            self._reporter.alert_unrepaired(
+                Finding(
+                    kind="malformed",
+                    rule=rule.name,
+                    table=self._table.name,
+                    key=dict(child),
+                    attribute=rule.summed,
+                    stored=kind,
+                    actual=None,
+                    detail=f"the amount holds {kind}, not a number: the sum of "
+                    f"{_key_text(key)} counts it as 0",
+                    repair=Repair("skipped", "what the amount should be is a human decision"),
+                )
+            )
+
+    def verify_aggregated(self, rule: TallyRule, key: Key, observed: Observed | None) -> None:
+        """Judge a counter a stream aggregator keeps: a finding only if it held across the lag.
+
+        Whatever deltas were pending at one recount have landed a lag later, so an offset
+        (stored - actual) seen again a lag later, on an unchanged parent, is no lag. An offset
+        that moved was moved by stream records, whose batches recheck it again. Never
+        repaired: a write would race the aggregator's pending deltas.
+        """
+        snapshot = self.settled_recount(rule, key)
+        if snapshot is None:
+            self._stats().deferred += 1
+            reason = "parent kept changing during recount"
+            self._scheduler.schedule(rule, key, 0, reason, observed)
+            return
+        self._stats().checked += 1
+        finding = self.finding_of(rule, key, snapshot, None)
+        if finding is None:
+            self._stats().consistent += 1
+            self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+            return
+        seen = observation(finding)
+        if finding.kind != "invalid_counter" and not lifecycle.same(observed, seen):
+            self._reporter.unconfirmed(finding)
+            if observed is None or lifecycle.offset(observed) == lifecycle.offset(seen):
+                # First sight, or the offset held while the parent moved: look a lag later.
+                reason = "aggregated counter off after its lag"
+                self._scheduler.schedule(rule, key, 0, reason, seen)
+            # Otherwise the offset moved, and the records that moved it bring their rechecks.
+            return
+        held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
+        detail = "; ".join(part for part in (finding.detail, held) if part)
+        why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
+        self._reporter.alert_unrepaired(
+            replace(finding, detail=detail).with_repair(Repair("skipped", why))
+        )
+
+    def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> None:
+        """Rules that treat TTL expiry as a decrement: apply each exactly once."""
+        if not group.expiries:
+            return
+        refused = []
+        if not self._repairer.may_decrement() or group.parent_removed:
+            # No writes allowed, or the parent was removed (and perhaps made again) in this
+            # batch: its new life owes these children nothing. They count as removals.
+            refused = group.expiries
+        else:
+            for expiry in group.expiries:
+                outcome = self._repairer.decrement(rule, group.parent_key, expiry)
+                if outcome == "applied":
+                    self._stats().ttl_decrements += 1
+                elif outcome == "refused":
+                    refused.append(expiry)
+        # Removals the table did not take as decrements surface through the recount.
+        group.child_delta = subtract(group.child_delta, exact_sum(e.delta for e in refused))
+        group.ttl_removed = group.ttl_removed or bool(refused)
+        group.expiries = []
+
+
+def _key_text(key: Key) -> str:
+    return "/".join(str(v) for v in key.values())

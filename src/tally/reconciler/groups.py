@@ -1,0 +1,77 @@
+"""One group of a stream batch (a parent's or a sequence's records): it proves itself
+(step 1), or its remainder is carried (step 1b), or it is recounted (step 2), or, for a
+sequence or a counter an aggregator keeps, it is left to its recheck."""
+
+from __future__ import annotations
+
+from tally.reconciler.carry_book import CarryBook
+from tally.reconciler.changes import Group
+from tally.reconciler.counts import Counts
+from tally.reconciler.scheduling import Scheduler
+from tally.reconciler.sequences import Sequences
+from tally.reconciler.stats import StatsBook
+from tally.rules import CountRule, SequenceRule, SumRule
+
+
+class GroupVerifier:
+    """Sends each group down its path; ``carrying=False`` recounts instead of carrying."""
+
+    def __init__(
+        self,
+        counts: Counts,
+        sequences: Sequences,
+        carries: CarryBook,
+        scheduler: Scheduler,
+        stats: StatsBook,
+        *,
+        carrying: bool = True,
+    ):
+        self._counts = counts
+        self._sequences = sequences
+        self._carries = carries
+        self._scheduler = scheduler
+        self._stats = stats
+        self.carrying = carrying
+
+    def proves_itself(self, group: Group) -> bool:
+        """Step 1: a balanced batch proves that nothing new drifted: zero reads. One that may
+        hold the other half of an open remainder (its first records) is folded into it."""
+        return group.balanced and not self._carries.may_be_open(group)
+
+    def needs_no_table(self, groups: list[Group]) -> bool:
+        """A collection whose every group proves itself, with no TTL expiry to apply and no
+        ledger change to record: verified where it stands, no worker needed."""
+        return all(
+            not group.expiries and not group.ledger and self.proves_itself(group)
+            for group in groups
+        )
+
+    def verify(self, group: Group) -> bool:
+        """Verify one group; True when it went past the stream to the table."""
+        rule = group.rule
+        if isinstance(rule, CountRule | SumRule):
+            self._counts.apply_ttl_expiries(rule, group)
+        elif group.ledger:
+            # Before any judgement: a later recheck reads the members from the ledger.
+            self._sequences.ledger.record(rule, group.parent_key, group.ledger)
+        if self.proves_itself(group):
+            stats = self._stats()
+            stats.balanced += 1
+            stats.checked += 1
+            stats.consistent += 1
+            return False
+        if isinstance(rule, SequenceRule):
+            self._sequences.verify_group(rule, group)
+            return True
+        if rule.lag_seconds is not None:
+            # Not judged yet: the aggregator may still be adding this batch's deltas.
+            reason = "aggregated counter unbalanced"
+            self._scheduler.schedule(rule, group.parent_key, 0, reason)
+            return True
+        first = None
+        if group.carriable and self.carrying:
+            small, first = self._counts.measure_parent(rule, group)
+            if not small and self._carries.carry(rule, group):
+                return False
+        self._counts.verify_parent(rule, group.parent_key, group, first=first)
+        return True

@@ -1,0 +1,78 @@
+"""Rechecks: what is judged again later, and after how long."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.protocol.lifecycle import Observed
+from tally.reconciler.rechecks import Recheck, RecheckQueue
+from tally.reconciler.stats import StatsBook
+from tally.rules import CountRule, Key, SequenceRule, SumRule
+
+# Rechecks an inline full audit waits out itself instead of sending them to the queue.
+CASCADE_REASONS = frozenset({"orphans: waiting for a cascade", "emptied: waiting for a cascade"})
+
+
+@dataclass(frozen=True)
+class Settle:
+    """How hard step 2 tries before it defers to a recheck."""
+
+    attempts: int = 4
+    pause_seconds: float = 0.05
+    # A parent too busy to hold still is looked at again later, not hammered: a hot parent
+    # would otherwise cost a full recount per retry for as long as it stays hot.
+    defer_seconds: int = 30
+
+
+class Scheduler:
+    """Puts rechecks on the queue, or (an inline full audit's) in ``held`` to wait out."""
+
+    def __init__(
+        self,
+        queue: RecheckQueue,
+        store: AuditStore,
+        stats: StatsBook,
+        *,
+        settle: Settle,
+        carry_seconds: int,
+    ):
+        self._queue = queue
+        self._store = store
+        self._stats = stats
+        self.settle = settle
+        self.carry_seconds = carry_seconds
+        # Set by an inline full audit: second looks for a cascade wait in the audit.
+        self.held: list[tuple[Recheck, int]] | None = None
+
+    def schedule(
+        self,
+        rule: CountRule | SumRule | SequenceRule,
+        key: Key,
+        counter_seen: int,
+        reason: str,
+        observed: Observed | None = None,
+        carry_since: int = 0,
+        delay: int | None = None,
+        carry_through: int = 0,
+    ) -> None:
+        if delay is None:
+            delay = self._delay(rule, carry_since)
+        epoch = 0
+        if isinstance(rule, SequenceRule) and counter_seen:
+            epoch = self._store.sequence_state(rule.name, key)[1]  # the horizon's life
+        recheck = Recheck(
+            rule.name, key, counter_seen, reason, observed, carry_since, epoch, carry_through
+        )
+        if self.held is not None and reason in CASCADE_REASONS:
+            self.held.append((recheck, delay))  # the full audit waits them out
+            return
+        self._queue.schedule(recheck, delay)
+        self._stats().rechecks += 1
+
+    def _delay(self, rule: CountRule | SumRule | SequenceRule, carry_since: int) -> int:
+        if isinstance(rule, SequenceRule):
+            return rule.grace_seconds
+        if carry_since:
+            return self.carry_seconds
+        return rule.lag_seconds or self.settle.defer_seconds

@@ -1,0 +1,67 @@
+"""What one invocation did, for metrics and logs, counted per item collection when they run
+at once and added up in the calling thread."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class Stats:
+    """What one invocation did, for metrics and logs."""
+
+    records: int = 0
+    skipped: int = 0
+    own_writes: int = 0
+    malformed: int = 0
+    groups: int = 0
+    balanced: int = 0
+    carried: int = 0
+    checked: int = 0
+    consistent: int = 0
+    deferred: int = 0
+    rechecks: int = 0
+    ttl_decrements: int = 0
+    alerts: int = 0
+    findings: Counter[str] = field(default_factory=Counter)
+    repairs: Counter[str] = field(default_factory=Counter)
+    drift_lifetimes: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def merge(self, other: Stats) -> None:
+        """Add what ``other`` counted (one item collection's share of a batch)."""
+        for name, value in vars(other).items():
+            if isinstance(value, Counter):
+                getattr(self, name).update(value)
+            elif isinstance(value, list):
+                getattr(self, name).extend(value)
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
+
+class StatsBook:
+    """The invocation's ``Stats``; inside a concurrent item collection's work, its share.
+
+    Calling the book gives the ``Stats`` the current thread counts into."""
+
+    def __init__(self) -> None:
+        self.total = Stats()
+        self._local = threading.local()
+
+    def __call__(self) -> Stats:
+        share: Stats | None = getattr(self._local, "stats", None)
+        return self.total if share is None else share
+
+    def counted(self, work: Callable[[], T]) -> tuple[T, Stats]:
+        """Run ``work`` counting into a share of its own; the caller merges it."""
+        self._local.stats = Stats()
+        try:
+            return work(), self._local.stats
+        finally:
+            self._local.stats = None
