@@ -12,8 +12,7 @@ from decimal import Decimal
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.changes import Group
 from tally.reconciler.protocol import carry as carrying
-from tally.reconciler.protocol.batching import window_left
-from tally.reconciler.protocol.carry import Carry
+from tally.reconciler.protocol.carry import Carry, window_left
 from tally.reconciler.scheduling import Scheduler
 from tally.reconciler.stats import StatsBook
 from tally.rules import CountRule, Key, SequenceRule, SumRule

@@ -11,7 +11,6 @@ reconciler's own write is for the audit table to say, not the record.
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 from tally.core.dynamodb import Deserializer
 from tally.core.numbers import add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
+from tally.reconciler.protocol.balance import counts_balance, numbers_balance
 from tally.reconciler.protocol.judgement import valid_counter
 from tally.rules import (
     REPAIR_MARKER,
@@ -113,8 +113,12 @@ class Group:
         if self.invalid or self.parent_removed or self.unreadable:
             return False
         if isinstance(self.rule, SequenceRule):
-            return not self.decreases and not self.members_removed and self._numbers_match()
-        return self.counter_delta == self.child_delta  # exact sums: an exact comparison
+            return (
+                not self.decreases
+                and not self.members_removed
+                and numbers_balance(self.handed_out, self.inserted)
+            )
+        return counts_balance(self.counter_delta, self.child_delta)
 
     @property
     def carriable(self) -> bool:
@@ -127,19 +131,6 @@ class Group:
             or self.expiries
             or isinstance(self.rule, SequenceRule)
         )
-
-    def _numbers_match(self) -> bool:
-        """Each number handed out has exactly one member insert, and nothing else was inserted."""
-        handed = sum(high - low + 1 for low, high in self.handed_out)
-        if handed != sum(self.inserted.values()):
-            return False
-        ranges = sorted(self.handed_out)
-        lows = [low for low, _ in ranges]
-        for number, count in self.inserted.items():
-            at = bisect.bisect_right(lows, number) - 1
-            if count != 1 or at < 0 or number > ranges[at][1]:
-                return False
-        return True
 
     @property
     def horizon(self) -> int:

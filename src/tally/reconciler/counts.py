@@ -20,11 +20,11 @@ from tally.reconciler.protocol.judgement import (
     ParentState,
     Tally,
     drifted,
-    never_repaired,
     valid_counter,
 )
 from tally.reconciler.protocol.judgement import judge as verdict_on
 from tally.reconciler.protocol.lifecycle import Observed
+from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import Scheduler

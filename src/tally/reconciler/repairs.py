@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tally.reconciler.findings import Repair
+from tally.reconciler.protocol.repair import refusal
 from tally.rules import AnyRule
 
 
@@ -26,15 +27,21 @@ class RepairPolicy:
         return rule.repair == "auto" and self.enabled and not self.dry_run
 
     def verdict(self, rule: AnyRule, before: Any, after: Any) -> Repair | None:
-        """None: go ahead and write. Otherwise the outcome that stands instead of a write."""
-        if rule.repair != "auto":
-            return Repair("skipped", f"rule {rule.name!r} repair mode is {rule.repair!r}")
-        if not self.enabled:
-            return Repair("disabled", "repairs are switched off (REPAIRS_ENABLED=false)")
-        if self.dry_run:
-            return Repair("dry_run", "dry run (DRY_RUN=true): nothing written", before, after)
+        """None: go ahead and write (one unit of the budget is taken). Otherwise the outcome
+        that stands instead of a write."""
         with self._lock:
-            if self.used >= self.budget:
-                return Repair("skipped", f"repair budget of {self.budget} per invocation used up")
-            self.used += 1
-        return None
+            refused = refusal(
+                rule.name,
+                rule.repair,
+                enabled=self.enabled,
+                dry_run=self.dry_run,
+                budget=self.budget,
+                used=self.used,
+            )
+            if refused is None:
+                self.used += 1
+                return None
+        status, why = refused
+        if status == "dry_run":  # what would have been written
+            return Repair(status, why, before, after)
+        return Repair(status, why)

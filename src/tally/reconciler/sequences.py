@@ -17,7 +17,8 @@ from tally.reconciler.changes import Group
 from tally.reconciler.findings import Finding, Repair, shown
 from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.protocol import gaps
-from tally.reconciler.protocol.judgement import ParentState, never_repaired, valid_revision
+from tally.reconciler.protocol.judgement import ParentState, valid_revision
+from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.reporter import Reporter

@@ -4,12 +4,14 @@ redelivery, folds every record's share exactly once."""
 from __future__ import annotations
 
 import itertools
+import math
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.protocol.carry import Carry, fold, take_off
+from tally.reconciler.protocol.carry import MIN_CARRY_DELAY, Carry, fold, take_off, window_left
 
 shares = st.lists(st.integers(-3, 3).map(Decimal), min_size=1, max_size=40)
 
@@ -95,3 +97,53 @@ def test_a_recount_takes_off_what_it_covered_and_the_rest_keeps_a_window_of_its_
     assert after is not None
     assert after.remainder == since_then and after.through == now.through
     assert after.since == (11 if since_then else 0)
+
+
+# --- how much of the window is left when the recheck is scheduled ---------------------
+
+times = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**12), max_value=10**12),
+    st.decimals(allow_nan=False, allow_infinity=False),
+    st.datetimes(timezones=st.just(UTC)),
+    st.none(),
+    st.text(max_size=5),
+    st.booleans(),
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(times, st.floats(min_value=0, max_value=4e9), st.integers(min_value=0, max_value=900))
+def test_the_window_left_is_bounded_and_never_cut_by_more_than_the_records_age(
+    first_at: object, now: float, window: int
+) -> None:
+    left = window_left(first_at, now, window)
+    assert isinstance(left, int)
+    if window <= MIN_CARRY_DELAY:
+        assert left == window
+        return
+    assert MIN_CARRY_DELAY <= left <= window
+    if isinstance(first_at, datetime):
+        began = first_at.timestamp() + 1
+    elif isinstance(first_at, int | float | Decimal) and not isinstance(first_at, bool):
+        began = float(first_at) + 1
+    else:
+        assert left == window  # no stream time: the whole window
+        return
+    if not (math.isfinite(began) and began <= now):
+        assert left == window  # no time, or a stream clock ahead of ours: cuts nothing
+        return
+    age = now - began
+    # Whole seconds: the wait plus the records' age covers the window (never shorter),
+    # unless the floor of MIN_CARRY_DELAY or the window itself bounds it.
+    assert left == max(MIN_CARRY_DELAY, min(window, math.ceil(window - age)))
+    assert left + age >= window or left == MIN_CARRY_DELAY
+
+
+def test_a_record_read_at_once_waits_the_whole_window_and_a_late_one_less() -> None:
+    written = 1_795_000_000  # stream time, whole seconds
+    assert window_left(written, written + 0.4, 5) == 5
+    assert window_left(written, written + 3.5, 5) == 3
+    assert window_left(written, written + 60, 5) == MIN_CARRY_DELAY
+    assert window_left(Decimal(written), written + 3.5, 5) == 3
+    assert window_left(datetime.fromtimestamp(written, UTC), written + 3.5, 5) == 3

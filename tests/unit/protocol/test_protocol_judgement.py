@@ -14,9 +14,9 @@ from tally.reconciler.protocol.judgement import (
     Tally,
     drifted,
     judge,
-    never_repaired,
     valid_counter,
 )
+from tally.reconciler.protocol.repair import never_repaired
 from tally.rules import load_rules
 from tests.integration.conftest import RULES_FILE
 

@@ -3,12 +3,18 @@ the stream, record by record, each at most once (only records past ``through``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 from tally.core.numbers import Unrepresentable, add, fit, subtract
+
+# A carry's recheck never comes sooner: the carry item it looks for is written after it is
+# scheduled, within the same group's work.
+MIN_CARRY_DELAY = 2
 
 
 @dataclass(frozen=True)
@@ -81,3 +87,23 @@ def take_off(seen: Carry, now: Carry, now_ms: int) -> Carry | None:
     if not remainder:
         return Carry(Decimal(0), now.through)
     return Carry(remainder, now.through, now_ms, now.first_seen)
+
+
+def window_left(first_at: Any, now: float, window: int) -> int:
+    """Whole seconds of a ``window`` that began at a stream time (``first_at``, epoch seconds
+    rounded down to the second, so taken as the end of that second) still to run at ``now``:
+    between MIN_CARRY_DELAY and ``window``; the whole window when the time is no plausible one."""
+    if window <= MIN_CARRY_DELAY:
+        return window
+    try:
+        if isinstance(first_at, datetime):
+            began = first_at.timestamp() + 1
+        elif isinstance(first_at, int | float | Decimal) and not isinstance(first_at, bool):
+            began = float(first_at) + 1
+        else:
+            return window
+    except (ArithmeticError, ValueError, OverflowError):
+        return window
+    if not (math.isfinite(began) and began <= now):  # no time, or a clock ahead of ours
+        return window
+    return max(MIN_CARRY_DELAY, min(window, math.ceil(window - (now - began))))

@@ -127,19 +127,6 @@ def valid_revision(value: Any) -> bool:
     return value is None or (representable(value) and representable(add(value, ONE)))
 
 
-def never_repaired(
-    rule: TallyRule | SequenceRule, kind: Kind, attribute: str, revision: Any
-) -> str:
-    """Why a finding is never repaired automatically ("" when it may be)."""
-    if kind == "invalid_counter":
-        return "the counter holds no number: a repair writes only over a number it judged"
-    if kind == "unrepresentable":
-        return "no counter can hold the children's sum: a human decides"
-    if attribute != rule.counter or (rule.revision and not valid_revision(revision)):
-        return f"the revision attribute {rule.revision!r} is not a number: a human decides"
-    return ""
-
-
 def truth(actual: Any) -> Any:
     """The truth as a finding shows it: a number as DynamoDB holds it, or (more digits than
     a counter holds) its exact digits as text."""
