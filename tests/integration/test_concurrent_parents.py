@@ -102,6 +102,36 @@ def test_item_collections_are_verified_at_the_same_time(
     assert checker.stats.findings == {"drift": len(POSTS)}
 
 
+def test_the_claims_of_a_batch_are_confirmed_at_the_same_time(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch after the repairs holds their records, each claiming a marker: two claims'
+    lookups meet at a barrier (one at a time, neither would pass it), and every claim is
+    confirmed as the reconciler's own write, in any order."""
+    posts_then_rogue_bumps(stack)
+    configure(monkeypatch, VERIFY_CONCURRENCY="8")
+    assert runtime.reconciler().verify_batch(stack.records()) == []
+    checker = runtime.reconciler()
+    meeting = threading.Barrier(2, timeout=30)
+    met: set[str] = set()
+
+    def marker_read(params: dict[str, Any], **_: Any) -> None:
+        thread = threading.current_thread().name
+        if params["Key"]["PK"]["S"].startswith("MARKER#") and len(met) < 2 and thread not in met:
+            met.add(thread)
+            meeting.wait()
+
+    events = checker.store.client.meta.events
+    events.register("provide-client-params.dynamodb.GetItem", marker_read, unique_id="meet")
+    try:
+        assert checker.verify_batch(stack.records()) == []
+    finally:
+        events.unregister("provide-client-params.dynamodb.GetItem", unique_id="meet")
+    assert len(met) == 2 and not meeting.broken
+    assert checker.stats.own_writes == len(POSTS)
+    assert checker.stats.findings == {} and checker.stats.errors == []
+
+
 def test_the_repair_budget_holds_exactly_when_parents_are_repaired_at_once(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,5 +1,5 @@
 """Running one stream batch: its claimed records confirmed, then its item collections
-verified, up to ``concurrency`` at once, each collection's groups in order, within the
+verified, each up to ``concurrency`` at once (a collection's groups in order), within the
 invocation's deadline."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from botocore.exceptions import ClientError
 
 from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.changes import Batch, Group, fold_record
+from tally.reconciler.changes import Batch, Claim, Group, fold_record
 from tally.reconciler.stats import StatsBook
 from tally.rules import RuleSet
 
@@ -35,27 +35,44 @@ class Deadline:
 
 
 def confirm_own_writes(
-    batch: Batch, rules: RuleSet, store: AuditStore, stats: StatsBook, deadline: Deadline | None
+    batch: Batch,
+    rules: RuleSet,
+    store: AuditStore,
+    stats: StatsBook,
+    deadline: Deadline | None,
+    concurrency: int = 1,
 ) -> None:
     """Records with a fresh repair marker: ours only if the audit table logged the marker.
 
     Any client can write the marker attribute, so a forged or replayed one is folded
-    like any other write; an unconfirmable claim is folded too (at worst a recount).
+    like any other write; an unconfirmable claim is folded too (at worst a recount). The
+    lookups run up to ``concurrency`` at once (each claims a marker of its own); the claims
+    not confirmed are then folded in the batch's order.
     """
-    for claim in batch.claims:
+    errors: list[str] = []
+
+    def confirm(claim: Claim) -> bool:
         if deadline is not None and deadline.near():
-            fold_record(batch, claim.record, rules, claimed=True)  # a recount at worst
-            continue
+            return False  # a recount at worst
         new_image = claim.record["dynamodb"].get("NewImage") or {}
         try:
-            own = store.confirm_marker(claim.marker, claim.keys, new_image, claim.sequence_number)
+            return store.confirm_marker(claim.marker, claim.keys, new_image, claim.sequence_number)
         except ClientError as error:
-            stats().errors.append(f"marker {claim.marker}: {error}")
-            own = False
+            errors.append(f"marker {claim.marker}: {error}")
+            return False
+
+    claims = batch.claims
+    if concurrency > 1 and len(claims) > 1:
+        with ThreadPoolExecutor(min(concurrency, len(claims)), "confirm") as pool:
+            confirmed = list(pool.map(confirm, claims))
+    else:
+        confirmed = [confirm(claim) for claim in claims]
+    for claim, own in zip(claims, confirmed, strict=True):
         if own:
             batch.own_writes += 1
         else:
             fold_record(batch, claim.record, rules, claimed=True)
+    stats().errors.extend(errors)
     stats().own_writes += batch.own_writes
 
 

@@ -127,7 +127,9 @@ class Reconciler:
         stats.records += batch.records
         stats.skipped += batch.skipped
         stats.malformed += len(batch.malformed)
-        confirm_own_writes(batch, self.rules, self.store, self._book, deadline)
+        confirm_own_writes(
+            batch, self.rules, self.store, self._book, deadline, self._runner.concurrency
+        )
         collections = item_collections(
             (g for g in batch.groups.values() if g.rule.repair != "off"),
             self.rules.table.partition_key,
