@@ -5,7 +5,9 @@ one collection at a time, and the repair budget holds exactly.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -76,29 +78,45 @@ def test_one_batch_over_many_parents_finds_repairs_and_counts_the_same_at_any_co
         assert stack.item(pk, "META")["likeTally"] == 3
 
 
-def test_item_collections_are_verified_at_the_same_time(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two collections' first reads meet at a barrier: one at a time, neither would pass it."""
-    posts_then_rogue_bumps(stack)
-    configure(monkeypatch, VERIFY_CONCURRENCY="8")
-    checker = runtime.reconciler()
+@contextlib.contextmanager
+def two_threads_meet(client: Any, when: Callable[[dict[str, Any]], bool]) -> Iterator[set[str]]:
+    """The first GetItems (``when`` they match) of two threads wait for each other at a
+    barrier: run one at a time, neither would pass it. Yields the threads that met."""
     meeting = threading.Barrier(2, timeout=30)
     met: set[str] = set()
 
-    def first_read(params: dict[str, Any], **_: Any) -> None:
+    def read(params: dict[str, Any], **_: Any) -> None:
         thread = threading.current_thread().name
-        if thread.startswith("verify") and len(met) < 2 and thread not in met:
+        if when(params) and len(met) < 2 and thread not in met:
             met.add(thread)
             meeting.wait()
 
-    events = checker.table.client.meta.events
-    events.register("provide-client-params.dynamodb.GetItem", first_read, unique_id="meet")
+    events = client.meta.events
+    events.register("provide-client-params.dynamodb.GetItem", read, unique_id="meet")
     try:
-        assert checker.verify_batch(stack.records()) == []
+        yield met
     finally:
         events.unregister("provide-client-params.dynamodb.GetItem", unique_id="meet")
     assert len(met) == 2 and not meeting.broken
+
+
+def in_a_worker(params: dict[str, Any]) -> bool:
+    return threading.current_thread().name.startswith("verify")
+
+
+def a_marker_lookup(params: dict[str, Any]) -> bool:
+    return str(params["Key"]["PK"]["S"]).startswith("MARKER#")
+
+
+def test_item_collections_are_verified_at_the_same_time(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two collections' first reads meet at a barrier."""
+    posts_then_rogue_bumps(stack)
+    configure(monkeypatch, VERIFY_CONCURRENCY="8")
+    checker = runtime.reconciler()
+    with two_threads_meet(checker.table.client, in_a_worker):
+        assert checker.verify_batch(stack.records()) == []
     assert checker.stats.findings == {"drift": len(POSTS)}
 
 
@@ -106,28 +124,14 @@ def test_the_claims_of_a_batch_are_confirmed_at_the_same_time(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The batch after the repairs holds their records, each claiming a marker: two claims'
-    lookups meet at a barrier (one at a time, neither would pass it), and every claim is
-    confirmed as the reconciler's own write, in any order."""
+    lookups meet at a barrier, and every claim is confirmed as the reconciler's own write,
+    in any order."""
     posts_then_rogue_bumps(stack)
     configure(monkeypatch, VERIFY_CONCURRENCY="8")
     assert runtime.reconciler().verify_batch(stack.records()) == []
     checker = runtime.reconciler()
-    meeting = threading.Barrier(2, timeout=30)
-    met: set[str] = set()
-
-    def marker_read(params: dict[str, Any], **_: Any) -> None:
-        thread = threading.current_thread().name
-        if params["Key"]["PK"]["S"].startswith("MARKER#") and len(met) < 2 and thread not in met:
-            met.add(thread)
-            meeting.wait()
-
-    events = checker.store.client.meta.events
-    events.register("provide-client-params.dynamodb.GetItem", marker_read, unique_id="meet")
-    try:
+    with two_threads_meet(checker.store.client, a_marker_lookup):
         assert checker.verify_batch(stack.records()) == []
-    finally:
-        events.unregister("provide-client-params.dynamodb.GetItem", unique_id="meet")
-    assert len(met) == 2 and not meeting.broken
     assert checker.stats.own_writes == len(POSTS)
     assert checker.stats.findings == {} and checker.stats.errors == []
 
