@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.audit_store import AuditLog
 from tally.reconciler.changes import Batch, Group, fold_record
 from tally.reconciler.stats import StatsBook
 from tally.rules import RuleSet
@@ -35,7 +35,7 @@ class Deadline:
 
 
 def confirm_own_writes(
-    batch: Batch, rules: RuleSet, store: AuditStore, stats: StatsBook, deadline: Deadline | None
+    batch: Batch, rules: RuleSet, store: AuditLog, stats: StatsBook, deadline: Deadline | None
 ) -> None:
     """Records with a fresh repair marker: ours only if the audit table logged the marker.
 
