@@ -50,7 +50,8 @@ from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.rechecks import RecheckQueue, parse_recheck
 from tally.reconciler.repairs import RepairPolicy
-from tally.reconciler.table import Reads, TallyTable
+from tally.reconciler.table import TallyTable
+from tally.reconciler.table_access import Reads
 from tally.reconciler.verification import Reconciler
 from tally.rules import CountRule, RuleSet, SumRule, load_rules
 from tally.writers.tallies import TallyWriter

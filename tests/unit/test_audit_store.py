@@ -13,7 +13,8 @@ from moto import mock_aws
 
 from tally.core.dynamodb import serialize
 from tally.local.template import create_table, load_template, template_path
-from tally.reconciler.audit_store import LEASE_SECONDS, AuditStore
+from tally.reconciler.audit_outbox import LEASE_SECONDS
+from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.protocol.carry import Carry
 

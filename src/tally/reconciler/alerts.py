@@ -10,14 +10,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.audit_outbox import AuditOutbox
 from tally.reconciler.findings import AlertMessage
 
 
 class AlertPublisher:
     """Publishes outbox alerts to the alert topic and marks them sent."""
 
-    def __init__(self, sns_client: Any, topic_arn: str, store: AuditStore):
+    def __init__(self, sns_client: Any, topic_arn: str, store: AuditOutbox):
         self.sns = sns_client
         self.topic_arn = topic_arn
         self.store = store

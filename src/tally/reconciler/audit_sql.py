@@ -24,10 +24,10 @@ Both live in ``tally.local.athena_sql``: sqlglot is the local engine's, not the 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tally.reconciler.audit_columns import check_folds, check_supported, read_attributes
 from tally.reconciler.candidates import PROBLEMS
 from tally.rules import (
     AnyRule,
@@ -35,7 +35,6 @@ from tally.rules import (
     CollectionMembers,
     CountRule,
     IndexMembers,
-    PartitionMembers,
     SequenceRule,
     SumRule,
     TableKeys,
@@ -47,24 +46,6 @@ EXACT_AMOUNT = r"^-?[0-9]{1,20}(\.[0-9]{1,9})?$"
 # Sequence numbers and counters the query reads as BIGINT (leading zeros of a padded key).
 PLAIN_NUMBER = r"^0*[0-9]{1,18}$"
 SIGNED_NUMBER = r"^-?0*[0-9]{1,18}$"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _check_supported(rules: Sequence[AnyRule], table: TableKeys) -> None:
-    """The query reads string keys and collection or index members; the scan engine does
-    the rest."""
-    numeric = [name for name in table.names if table.numeric(name)]
-    if numeric:
-        raise ValueError(
-            f"the export engine reads string keys only; {numeric[0]!r} is a number key: "
-            "audit with the scan engine"
-        )
-    for rule in rules:
-        if isinstance(rule, SequenceRule) and isinstance(rule.members, PartitionMembers):
-            raise ValueError(
-                f"rule {rule.name!r}: the export engine cannot read partition-layout members; "
-                "audit with the scan engine"
-            )
 
 
 @dataclass(frozen=True)
@@ -87,11 +68,11 @@ class AuditQuery:
     def __init__(self, rules: Sequence[AnyRule], table: TableKeys):
         if not rules:
             raise ValueError("the audit query needs at least one rule")
-        _check_supported(rules, table)
+        check_supported(rules, table)
         self.rules = list(rules)
         self.table = table
-        self.attributes = _attributes(self.rules, table)
-        _check_folds(self.attributes)
+        self.attributes = read_attributes(self.rules, table)
+        check_folds(self.attributes)
         self._alias = {name: f"a{i}" for i, name in enumerate(self.attributes)}
         self._keys = [f"k{i}" for i in range(len(table.names))]
 
@@ -392,40 +373,6 @@ class AuditQuery:
 
     def _name(self, name: str) -> str:
         return name.lower()
-
-
-def _attributes(rules: list[AnyRule], table: TableKeys) -> dict[str, set[str]]:
-    """Every attribute the query reads, with the DynamoDB types (S, N) it reads it as."""
-    wanted: dict[str, set[str]] = {name: {"S"} for name in table.names}
-
-    def want(name: str, kind: str) -> None:
-        wanted.setdefault(name, set()).add(kind)
-
-    for rule in rules:
-        want(rule.counter, "N")
-        if isinstance(rule, SumRule):
-            want(rule.summed, "N")
-        if isinstance(rule, SequenceRule) and isinstance(rule.members, IndexMembers):
-            want(rule.members.sequence_attribute, "S")
-            want(rule.members.number, "N")
-    return wanted
-
-
-def _check_folds(attributes: Mapping[str, set[str]]) -> None:
-    """Athena's JSON SerDe reads attributes case-insensitively, by plain names only."""
-    folded: dict[str, str] = {}
-    for name in attributes:
-        if not _IDENTIFIER.match(name):
-            raise ValueError(
-                f"attribute {name!r} cannot be a column for Athena's JSON SerDe: "
-                "use letters, digits and underscores, or audit with the scan engine"
-            )
-        other = folded.setdefault(name.lower(), name)
-        if other != name:
-            raise ValueError(
-                f"attributes {other!r} and {name!r} differ only in case: "
-                "Athena's JSON SerDe cannot tell them apart"
-            )
 
 
 def _quote(name: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.audit_store import AuditLog
 from tally.reconciler.changes import Batch, Claim, Group, fold_record
 from tally.reconciler.stats import StatsBook
 from tally.rules import RuleSet
@@ -37,7 +37,7 @@ class Deadline:
 def confirm_own_writes(
     batch: Batch,
     rules: RuleSet,
-    store: AuditStore,
+    store: AuditLog,
     stats: StatsBook,
     deadline: Deadline | None,
     concurrency: int = 1,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 
-from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.audit_carries import AuditCarries
 from tally.reconciler.changes import Group
 from tally.reconciler.protocol import carry as carrying
 from tally.reconciler.protocol.carry import Carry, window_left
@@ -38,7 +38,7 @@ class CarryBook:
 
     def __init__(
         self,
-        store: AuditStore,
+        store: AuditCarries,
         scheduler: Scheduler,
         stats: StatsBook,
         open_carries: set[CarryId] | None = None,

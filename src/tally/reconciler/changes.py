@@ -17,27 +17,30 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from tally.core.dynamodb import Deserializer
 from tally.core.numbers import add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
 from tally.reconciler.protocol.balance import counts_balance, numbers_balance
 from tally.reconciler.protocol.judgement import valid_counter
+from tally.reconciler.stream_images import (
+    MISSING,
+    amount,
+    attr,
+    marker_change,
+    member_number,
+    record_keys,
+    removed_by_ttl,
+    shown_value,
+)
 from tally.rules import (
-    REPAIR_MARKER,
     AnyRule,
     AttributeMembers,
     CountRule,
-    IndexMembers,
     Key,
     Match,
     RuleSet,
     SequenceRule,
     SumRule,
 )
-
-TTL_PRINCIPAL = "dynamodb.amazonaws.com"
-_DESERIALIZER = Deserializer()
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,7 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
     """Fold one record into its groups; ``claimed``: its marker claim was already refused."""
     try:
         stream = record["dynamodb"]
-        keys = _keys(stream["Keys"])
+        keys = record_keys(stream["Keys"])
         sequence_number = str(stream["SequenceNumber"])
         int(sequence_number)  # a sequence number is a decimal string
         matches = rules.classify(keys)
@@ -210,7 +213,7 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
     try:
         new = stream.get("NewImage") or {}
         old = stream.get("OldImage") or {}
-        marker = None if claimed else _marker_change(old, new)
+        marker = None if claimed else marker_change(old, new)
         if marker is not None:
             batch.claims.append(Claim(record, marker, keys))
             return
@@ -249,8 +252,8 @@ def _fold_match(
         _fold_child(group, record, keys, old, new, sequence_number, at)
     else:
         number = (
-            _member_number(match.rule, keys, old),
-            _member_number(match.rule, keys, new),
+            member_number(match.rule, keys, old),
+            member_number(match.rule, keys, new),
         )
         _fold_member(group, event, keys, number, sequence_number, at)
         rule = match.rule
@@ -269,8 +272,8 @@ def _fold_parent(
     at: Any,
 ) -> None:
     rule = group.rule
-    before, after = _attr(old, rule.counter), _attr(new, rule.counter)
-    evidence = Evidence(sequence_number, event, keys, _shown(before), _shown(after), at)
+    before, after = attr(old, rule.counter), attr(new, rule.counter)
+    evidence = Evidence(sequence_number, event, keys, shown_value(before), shown_value(after), at)
     if event == "REMOVE":
         group.parent_removed = True
         group.evidence.append(evidence)
@@ -278,7 +281,7 @@ def _fold_parent(
     if before == after:
         return  # the counter did not move: nothing to balance
     group.evidence.append(evidence)
-    if not valid_counter(rule, after, absent=_MISSING):
+    if not valid_counter(rule, after, absent=MISSING):
         group.invalid.append(Invalid(keys, rule.counter, shown(after), evidence))
         return
     # An absent counter reads as 0: a writer (or a rogue) may REMOVE it or put the item anew.
@@ -310,10 +313,10 @@ def _fold_child(
     rule = group.rule
     event = record["eventName"]
     if isinstance(rule, SumRule):
-        before, after = _amount(old, rule.summed), _amount(new, rule.summed)
+        before, after = amount(old, rule.summed), amount(new, rule.summed)
         for value, image in ((before, old), (after, new)):
             if value is None and image:
-                invalid = shown(_attr(image, rule.summed))
+                invalid = shown(attr(image, rule.summed))
                 evidence = Evidence(sequence_number, event, keys, at=at)
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
                 return
@@ -324,7 +327,7 @@ def _fold_child(
         return
     evidence = Evidence(sequence_number, event, keys, at=at)
     group.evidence.append(evidence)
-    if event == "REMOVE" and _by_ttl(record) and isinstance(rule, CountRule | SumRule):
+    if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, CountRule | SumRule):
         if rule.on_ttl_expiry == "decrement":
             group.expiries.append(
                 Expiry(keys, delta.copy_negate(), str(record["eventID"]), evidence)
@@ -354,65 +357,6 @@ def _fold_member(
     if after is not None:
         group.inserted[after] += 1
     group.highest_member = max(group.highest_member, before or 0, after or 0)
-
-
-def _member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | None:
-    """The number a member image holds (None: no image, or not a member of this sequence)."""
-    if not image or not isinstance(rule, SequenceRule):
-        return None
-    members = rule.members
-    if isinstance(members, AttributeMembers):
-        return rule.attribute_number(_attr(image, members.number))
-    if not isinstance(members, IndexMembers):
-        value = keys.get(members.attribute)
-        return rule.member_number(value) if value is not None else None
-    if _attr(image, members.sequence_attribute) != rule.sequence_name:
-        return None
-    number = _attr(image, members.number)
-    if isinstance(number, Decimal) and number.is_finite() and number == int(number) > 0:
-        return int(number)
-    return None
-
-
-def _amount(image: Mapping[str, Any], attribute: str) -> Decimal | None:
-    """The summed amount (absent counts 0); None when it holds a non-number."""
-    value = _attr(image, attribute)
-    if value is _MISSING:
-        return Decimal(0)
-    return value if isinstance(value, Decimal) and value.is_finite() else None
-
-
-def _attr(image: Mapping[str, Any], name: str) -> Any:
-    raw = image.get(name)
-    return _MISSING if raw is None else _DESERIALIZER.deserialize(raw)
-
-
-def _shown(value: Any) -> Any:
-    return None if value is _MISSING else shown(value)
-
-
-def _keys(raw: Mapping[str, Any]) -> Key:
-    # Key values stay text, numbers as DynamoDB writes them: no deserializer on the hot path.
-    keys = {name: value["S"] if "S" in value else value["N"] for name, value in raw.items()}
-    if not keys:
-        raise ValueError("stream record has no keys")
-    return keys
-
-
-def _marker_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
-    """The repair marker this write set, if it set a new one (any client can, so it is a claim)."""
-    marker = new.get(REPAIR_MARKER)
-    if marker is None or marker == old.get(REPAIR_MARKER):
-        return None
-    value = marker.get("S") if isinstance(marker, Mapping) else None
-    return value if isinstance(value, str) else ""
-
-
-def _by_ttl(record: Mapping[str, Any]) -> bool:
-    identity = record.get("userIdentity") or {}
-    if not isinstance(identity, Mapping):
-        return False
-    return identity.get("type") == "Service" and identity.get("principalId") == TTL_PRINCIPAL
 
 
 def _key_id(key: Key) -> tuple[tuple[str, str], ...]:

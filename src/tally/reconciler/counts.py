@@ -15,6 +15,7 @@ from decimal import Decimal
 from tally.core.numbers import exact_sum, subtract
 from tally.reconciler.changes import Group
 from tally.reconciler.findings import Finding, Repair, shown
+from tally.reconciler.parent_reads import ParentReads
 from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.judgement import (
     ParentState,
@@ -30,7 +31,6 @@ from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import Scheduler
 from tally.reconciler.second_looks import SecondLooks, observation
 from tally.reconciler.stats import StatsBook
-from tally.reconciler.table import TallyTable
 from tally.rules import CountRule, Key, SumRule
 
 TallyRule = CountRule | SumRule
@@ -55,7 +55,7 @@ class Counts:
 
     def __init__(
         self,
-        table: TallyTable,
+        table: ParentReads,
         repairer: Repairer,
         reporter: Reporter,
         looks: SecondLooks,

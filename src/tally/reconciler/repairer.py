@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.changes import Expiry
+from tally.reconciler.fenced_writes import DecrementOutcome, FencedWrites, VoidOutcome
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.reporter import Reporter
-from tally.reconciler.table import DecrementOutcome, TallyTable, VoidOutcome
 from tally.rules import AnyRule, CountRule, Key, SequenceRule, SumRule
 
 Written = TypeVar("Written")
@@ -32,7 +32,7 @@ class Repairer:
     """Writes what the policy allows on the counted table, fenced, with its audit items."""
 
     def __init__(
-        self, table: TallyTable, store: AuditStore, policy: RepairPolicy, reporter: Reporter
+        self, table: FencedWrites, store: AuditStore, policy: RepairPolicy, reporter: Reporter
     ):
         self._table = table
         self._store = store

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.audit_watermarks import AuditWatermarks
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.stats import StatsBook
@@ -31,7 +31,7 @@ class Scheduler:
     def __init__(
         self,
         queue: RecheckQueue,
-        store: AuditStore,
+        store: AuditWatermarks,
         stats: StatsBook,
         *,
         settle: Settle,

@@ -12,10 +12,11 @@ from decimal import Decimal
 from typing import Any
 
 from tally.core.numbers import counter_problem
-from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.audit_watermarks import AuditWatermarks
 from tally.reconciler.changes import Group
 from tally.reconciler.findings import Finding, Repair, shown
 from tally.reconciler.ledger import MemberLedger
+from tally.reconciler.member_reads import MemberReads
 from tally.reconciler.protocol import gaps
 from tally.reconciler.protocol.judgement import ParentState, valid_revision
 from tally.reconciler.protocol.repair import never_repaired
@@ -25,7 +26,6 @@ from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import Scheduler
 from tally.reconciler.second_looks import SecondLooks
 from tally.reconciler.stats import StatsBook
-from tally.reconciler.table import TallyTable
 from tally.rules import AttributeMembers, Key, SequenceRule
 
 # Missing runs longer than this are one summarised finding: voiding 10^9 numbers one by
@@ -39,8 +39,8 @@ class Sequences:
 
     def __init__(
         self,
-        table: TallyTable,
-        store: AuditStore,
+        table: MemberReads,
+        store: AuditWatermarks,
         repairer: Repairer,
         reporter: Reporter,
         looks: SecondLooks,
