@@ -209,7 +209,7 @@ def run_engine(engine: str, out: Path) -> dict[str, Any]:
     from tally.local.audit_duckdb import candidates
     from tally.local.exports import write_export
     from tally.reconciler import runtime
-    from tally.reconciler.audit_sql import DUCKDB, AuditQuery
+    from tally.reconciler.audit_sql import AuditQuery
     from tally.reconciler.full_audit import Audit, audited_rules, full_audit
     from tally.reconciler.repairs import RepairPolicy
 
@@ -224,7 +224,7 @@ def run_engine(engine: str, out: Path) -> dict[str, Any]:
         export = write_export(checker.table.client, checker.table.name, out, segments=4)
         phases["export"] = time.monotonic() - started
         rules = audited_rules(checker)
-        query = AuditQuery(rules, checker.rules.table, DUCKDB)
+        query = AuditQuery(rules, checker.rules.table)
         found = list(candidates(query, export, checker.rules))
         phases["query"] = time.monotonic() - started - phases["export"]
         audit = Audit(checker, rules, "duckdb")
