@@ -38,7 +38,7 @@ class Settings(BaseModel):
     parallelization_factor: int = Field(default=1, ge=1, le=10, alias="PARALLELIZATION_FACTOR")
     # Item collections of one batch verified at once: each mostly waits on DynamoDB, so a
     # batch touching many parents takes about as long as its slowest parent, not their sum.
-    verify_concurrency: int = Field(default=8, ge=1, le=32, alias="VERIFY_CONCURRENCY")
+    verify_concurrency: int = Field(default=16, ge=1, le=32, alias="VERIFY_CONCURRENCY")
 
     def require(self, name: str) -> str:
         """A setting the calling function cannot work without; names the variable if unset."""
