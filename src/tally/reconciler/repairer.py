@@ -59,7 +59,7 @@ class Repairer:
             rule,
             finding,
             Repair("applied", why, finding.stored, value),
-            key,
+            lambda: key,
             {rule.counter: value},
             lambda marker, logged: self._table.set_counter(rule, key, state, value, marker, logged),
             committed=True,
@@ -75,7 +75,7 @@ class Repairer:
             rule,
             finding,
             Repair("applied", "VOID tombstone written", None, "VOID"),
-            self._table.void_key(rule, key, number),
+            lambda: self._table.void_key(rule, key, number),  # only once the write is allowed
             {"void": True},
             lambda marker, logged: self._table.put_void(rule, key, number, anchor, marker, logged),
             committed="written",
@@ -97,7 +97,7 @@ class Repairer:
         rule: AnyRule,
         finding: Finding,
         fix: Repair,
-        target: Key,
+        target: Callable[[], Key],
         written: Mapping[str, Any],
         write: FencedWrite[Written],
         *,
@@ -118,7 +118,7 @@ class Repairer:
         message = AlertMessage.of(repaired, repaired.alert_id(marker))
         logged = [
             self._store.repair_put(repaired, fix),
-            self._store.marker_put(marker, target, written),
+            self._store.marker_put(marker, target(), written),
             self._store.finding_put(repaired),
             self._store.standing_delete(repaired),
             self._store.outbox_put(message),
