@@ -12,6 +12,7 @@ from tally.rules.loading import (
     parse_rules,
 )
 from tally.rules.model import (
+    INDEX_GRACE_SECONDS,
     MAX_NAME_LENGTH,
     NO_COUNTER,
     ORPHAN_GRACE_SECONDS,
@@ -23,6 +24,7 @@ from tally.rules.model import (
     CollectionMembers,
     CounterHolds,
     CountRule,
+    IndexChildren,
     IndexMembers,
     Key,
     KeyPattern,
@@ -41,6 +43,7 @@ from tally.rules.model import (
 
 __all__ = [
     "DEFAULT_RULES_FILE",
+    "INDEX_GRACE_SECONDS",
     "MAX_NAME_LENGTH",
     "NO_COUNTER",
     "ORPHAN_GRACE_SECONDS",
@@ -52,6 +55,7 @@ __all__ = [
     "CollectionMembers",
     "CountRule",
     "CounterHolds",
+    "IndexChildren",
     "IndexMembers",
     "Key",
     "KeyPattern",

@@ -42,7 +42,8 @@ from tally.rules.key_patterns import (
 Key = dict[str, str]
 KeyPattern = dict[str, Pattern]
 RepairMode = Literal["auto", "alert", "off"]
-Role = Literal["parent", "child", "member"]
+# "indexed": a child found through an index; its parent is named by its image, not its key.
+Role = Literal["parent", "child", "member", "indexed"]
 
 # Set by every reconciler write on the counted table; no writer may set it (docs/verification.md).
 REPAIR_MARKER = "tallyRepair"
@@ -136,8 +137,47 @@ class _RuleBase(_Strict):
         return {name: p.value for name, p in self.parent_pattern(keys).items()}
 
 
+# How long a child's write may take to reach an index before a recount trusts it.
+INDEX_GRACE_SECONDS = 2
+
+
+class IndexChildren(_Strict):
+    """Children in other item collections, found through a global secondary index.
+
+    A child names its parent in the index's partition key attribute, whose value is the
+    parent's partition key value (an inverted index: a follow edge ``PK = USER#<follower>``
+    carries ``GSI1PK = USER#<followee>``). An item without it is no child (a sparse index);
+    with ``sort_prefix``, only items whose index sort key begins with it are (a status such
+    as ``FOLLOWING#``). The index is eventually consistent: ``grace_seconds`` is how long a
+    write may take to show in it (docs/verification.md, "Children found through an index").
+    """
+
+    index: Annotated[str, Field(min_length=1)]
+    partition_key: Annotated[str, Field(min_length=1)]
+    sort_key: Annotated[str, Field(min_length=1)] | None = None
+    sort_prefix: Annotated[str, Field(min_length=1)] | None = None
+    grace_seconds: Annotated[int, Field(ge=1, le=900)] = INDEX_GRACE_SECONDS
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IndexChildren:
+        if self.sort_prefix is not None and self.sort_key is None:
+            raise ValueError("sort_prefix needs the index's sort_key")
+        if self.sort_key == self.partition_key:
+            raise ValueError("sort_key must differ from partition_key")
+        return self
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """The index's key attributes, as the children carry them."""
+        return (
+            (self.partition_key,) if self.sort_key is None else (self.partition_key, self.sort_key)
+        )
+
+
 class _TallyRule(_RuleBase):
     children: dict[str, str]
+    # Children in other item collections, found through an index (None: the parent's own).
+    through: IndexChildren | None = None
     # "decrement": a child removed by TTL is a legitimate decrement the reconciler applies.
     on_ttl_expiry: Literal["alert", "decrement"] = "alert"
     # Set when a stream aggregator keeps the counter: it may trail its children this long.
@@ -160,10 +200,35 @@ class _TallyRule(_RuleBase):
         return lag
 
     def child_pattern(self, keys: TableKeys) -> KeyPattern:
-        """Children share the parent's partition key pattern and narrow the sort key."""
+        """Children share the parent's partition key pattern and narrow the sort key; children
+        found through an index have a key pattern of their own."""
+        if self.through is not None:
+            return keys.patterns(self.children)
         pattern = {keys.partition_key: self.parent_pattern(keys)[keys.partition_key]}
         pattern.update(keys.patterns(self.children))
         return pattern
+
+    def indexed_parent(self, image: Mapping[str, Any], keys: TableKeys) -> Key | None:
+        """The parent a child found through an index names in ``image``; None when the image
+        is no child of this rule's (no index key, another status, no parent of the rule's).
+
+        ``image`` is deserialized; only the index's key attributes are read.
+        """
+        through = self.through
+        assert through is not None
+        named = key_text(image.get(through.partition_key))
+        if not isinstance(named, str) or not named:
+            return None
+        if through.sort_prefix is not None:
+            status = image.get(through.sort_key or "")
+            if not isinstance(status, str) or not status.startswith(through.sort_prefix):
+                return None
+        pattern = self.parent_pattern(keys)
+        if not pattern[keys.partition_key].matches(named):
+            return None
+        key = {name: p.value for name, p in pattern.items()}
+        key[keys.partition_key] = named
+        return key
 
     def children_pattern(self, keys: TableKeys) -> Pattern:
         """The children's sort key pattern: a prefix, or any positive number."""
@@ -394,7 +459,8 @@ class RulesDocument(_Strict):
 
 @dataclass(frozen=True)
 class Match:
-    """What one item is to one rule."""
+    """What one item is to one rule (an ``indexed`` child's parent is in its image: the
+    match's ``parent_key`` is empty)."""
 
     rule: AnyRule
     role: Role
@@ -425,6 +491,10 @@ def _head(checks: Checks, partition_key: str) -> str | None:
             return value.split("#", 1)[0]
         return value if mode == EXACT else None
     return None
+
+
+def _unnamed(_: Mapping[str, Any]) -> Key:
+    return {}
 
 
 class RuleSet:
@@ -491,6 +561,9 @@ class RuleSet:
             return _Compiled(
                 rule, parent, "member", _checks(rule.member_pattern(keys)), lambda _: dict(counter)
             )
+        if isinstance(rule, CountRule | SumRule) and rule.through is not None:
+            # Its parent is in its image (rule.indexed_parent), old and new: not in its key.
+            return _Compiled(rule, parent, "indexed", _checks(rule.child_pattern(keys)), _unnamed)
         assert keys.sort_key is not None
         sk, parent_sk = keys.sort_key, rule.exact_parent(keys).get(keys.sort_key, "")
         if keys.numeric(pk):

@@ -164,7 +164,9 @@ def _rule_problems(rule: AnyRule, keys: TableKeys) -> Iterator[str]:
 
 
 def _children_problems(rule: CountRule | SumRule, keys: TableKeys) -> Iterator[str]:
-    if keys.sort_key is None:
+    if rule.through is not None:
+        yield from _indexed_children_problems(rule, keys)
+    elif keys.sort_key is None:
         yield (
             f"field 'kind': a {rule.kind} rule needs a table sort key "
             "(children share their parent's partition)"
@@ -174,6 +176,30 @@ def _children_problems(rule: CountRule | SumRule, keys: TableKeys) -> Iterator[s
     elif not rule.children_pattern(keys).is_prefix:
         what = "'*'" if keys.numeric(keys.sort_key) else "a prefix ending in '*'"
         yield f"field 'children': the sort key must be {what}"
+
+
+def _indexed_children_problems(rule: CountRule | SumRule, keys: TableKeys) -> Iterator[str]:
+    through = rule.through
+    assert through is not None
+    if not rule.children:
+        yield "field 'children': name the children's key pattern (e.g. SK = \"FOLLOWS#*\")"
+    if through.partition_key == keys.partition_key:
+        yield (
+            "field 'through.partition_key': it is the table's partition key: children in "
+            "their parent's item collection need no index (drop 'through')"
+        )
+    if not rule.parent_pattern(keys)[keys.partition_key].is_prefix:
+        yield (
+            f"field 'parent': children found through an index name many parents: "
+            f'{keys.partition_key} = "PREFIX#*"'
+        )
+    if rule.on_ttl_expiry == "decrement":
+        yield (
+            "field 'on_ttl_expiry': 'decrement' is not offered for children found through an "
+            "index; an expired child is a drift the recount finds (use 'alert')"
+        )
+    if isinstance(rule, SumRule) and rule.summed in through.attributes:
+        yield f"field 'summed': {rule.summed!r} is a key of the index, not an amount"
 
 
 def _numbered_problems(

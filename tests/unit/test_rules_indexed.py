@@ -1,0 +1,100 @@
+"""Count and sum rules whose children are found through an index (``through``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.rules import RulesFileError, parse_rules
+
+FOLLOWERS: dict[str, Any] = {
+    "name": "followers",
+    "kind": "count",
+    "parent": {"PK": "USER#*", "SK": "PROFILE"},
+    "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
+    "counter": "followerCount",
+    "through": {
+        "index": "GSI1",
+        "partition_key": "GSI1PK",
+        "sort_key": "GSI1SK",
+        "sort_prefix": "FOLLOWING#",
+    },
+}
+
+
+def rules_with(**changes: Any) -> Any:
+    return parse_rules({"rules": [FOLLOWERS | changes]})
+
+
+def test_an_edge_is_an_indexed_child_whose_parent_its_key_does_not_name() -> None:
+    rules = rules_with()
+    (match,) = rules.classify({"PK": "USER#ann", "SK": "FOLLOWS#USER#bob"})
+    assert (match.role, match.parent_key) == ("indexed", {})
+    (parent,) = rules.classify({"PK": "USER#bob", "SK": "PROFILE"})
+    assert parent.role == "parent"
+    assert rules.classify({"PK": "USER#ann", "SK": "POST#1"}) == []
+
+
+def test_the_parent_is_named_by_the_index_key_in_the_image() -> None:
+    rules = rules_with()
+    rule = rules["followers"]
+    image = {"GSI1PK": "USER#bob", "GSI1SK": "FOLLOWING#2026-11-26"}
+    assert rule.indexed_parent(image, rules.table) == {"PK": "USER#bob", "SK": "PROFILE"}
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        {},  # sparse: no index key, no child
+        {"GSI1SK": "FOLLOWING#1"},
+        {"GSI1PK": "USER#bob"},  # no status
+        {"GSI1PK": "USER#bob", "GSI1SK": "BLOCKED#1"},  # another status
+        {"GSI1PK": "TEAM#x", "GSI1SK": "FOLLOWING#1"},  # no parent of this rule's
+        {"GSI1PK": 7, "GSI1SK": "FOLLOWING#1"},
+    ],
+)
+def test_an_image_without_the_counted_index_key_is_no_child(image: dict[str, Any]) -> None:
+    rules = rules_with()
+    assert rules["followers"].indexed_parent(image, rules.table) is None
+
+
+@given(
+    followee=st.text(min_size=1, max_size=20),
+    status=st.text(max_size=12),
+    prefix=st.sampled_from(["USER#", "TEAM#", ""]),
+)
+def test_an_image_names_a_parent_exactly_when_its_index_key_is_counted(
+    followee: str, status: str, prefix: str
+) -> None:
+    rules = rules_with()
+    image = {"GSI1PK": prefix + followee, "GSI1SK": status}
+    named = rules["followers"].indexed_parent(image, rules.table)
+    counted = prefix == "USER#" and status.startswith("FOLLOWING#")
+    assert named == ({"PK": "USER#" + followee, "SK": "PROFILE"} if counted else None)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"through": {"index": "G", "partition_key": "PK"}}, "through.partition_key"),
+        ({"through": {"index": "G", "partition_key": "G1", "sort_prefix": "A#"}}, "sort_key"),
+        ({"parent": {"PK": "USER#ann", "SK": "PROFILE"}}, "field 'parent'"),
+        ({"on_ttl_expiry": "decrement"}, "field 'on_ttl_expiry'"),
+        ({"children": {"PK": "USER#*", "SK": "PROFILE"}}, "both parent and child"),
+        ({"through": {"index": "G", "partition_key": "G1", "grace_seconds": 0}}, "grace_seconds"),
+    ],
+)
+def test_a_rule_through_an_index_that_cannot_work_is_refused_by_field(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RulesFileError, match="followers") as refused:
+        rules_with(**changes)
+    assert message in str(refused.value)
+
+
+def test_a_summed_attribute_that_is_an_index_key_is_refused() -> None:
+    with pytest.raises(RulesFileError, match="field 'summed'"):
+        rules_with(kind="sum", summed="GSI1PK", counter="total")
