@@ -37,8 +37,11 @@ class ParentReads(TableAccess):
         return ParentState(True, item.get(rule.counter, ABSENT), revision)
 
     def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
-        """Count or sum the children with paginated consistent queries."""
+        """Count or sum the children with paginated consistent queries (through an index:
+        see ``_tally_indexed``)."""
         self.reads.recounted()
+        if rule.through is not None:
+            return self._tally_indexed(rule, parent_key)
         request = self._children_request(rule, parent_key)
         names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
         if isinstance(rule, SumRule):
@@ -58,6 +61,55 @@ class ParentReads(TableAccess):
                         total = add(total, amount)
                     else:
                         unreadable.append((self.rules.key_of(item), amount))
+        actual = total if isinstance(rule, SumRule) else Decimal(children)
+        return Tally(actual, children, tuple(unreadable))
+
+    def _tally_indexed(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
+        """Count or sum the children found through the rule's index, each confirmed by a
+        consistent read of its base item.
+
+        An index is eventually consistent: an entry may be stale (the child since deleted,
+        moved to another parent or out of the counted status), so only base items that still
+        name this parent count. A child the index does not show yet is not found here: the
+        caller recounts only after the index grace, and judges on two agreeing recounts.
+        """
+        through = rule.through
+        assert through is not None
+        status = through.sort_key if through.sort_prefix is not None else None
+        names = Names.of(through.partition_key, status)
+        condition = f"{names[through.partition_key]} = :parent"
+        values: dict[str, Any] = {":parent": parent_key[self._pk]}
+        if status is not None:
+            condition += f" AND begins_with({names[status]}, :status)"
+            values[":status"] = through.sort_prefix
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.name,
+            IndexName=through.index,
+            KeyConditionExpression=condition,
+            ExpressionAttributeNames=names.expression_names,
+            ExpressionAttributeValues=serialize(values),
+            ReturnConsumedCapacity="TOTAL",
+        )
+        claimed = self.rules.claimed_by(rule)
+        hits: dict[tuple[str, ...], Key] = {}
+        for page in pages:
+            self.reads.add(page, page["ScannedCount"])
+            for raw in page["Items"]:
+                key = self.rules.key_of(deserialize(raw))
+                if claimed(key):
+                    hits[tuple(key.values())] = key
+        summed = rule.summed if isinstance(rule, SumRule) else None
+        total, children, unreadable = Decimal(0), 0, []
+        for item in self._get_items(hits.values(), *through.attributes, summed):
+            if rule.indexed_parent(item, self.rules.table) != parent_key:
+                continue  # a stale entry: the child moved, or left the counted status
+            children += 1
+            if summed is not None:
+                amount = number(item.get(summed, Decimal(0)))
+                if isinstance(amount, Decimal):
+                    total = add(total, amount)
+                else:
+                    unreadable.append((self.rules.key_of(item), amount))
         actual = total if isinstance(rule, SumRule) else Decimal(children)
         return Tally(actual, children, tuple(unreadable))
 
