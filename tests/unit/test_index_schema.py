@@ -240,3 +240,11 @@ def test_every_rules_file_fits_the_table_of_its_template(
 def test_the_examples_with_an_index_are_among_them() -> None:
     names = {rules.parent.name for rules, _, _ in _rules_beside_templates()}
     assert {"src", "followers", "products"} <= names
+
+
+def test_local_mode_from_the_rules_alone_builds_the_index_and_the_ttl() -> None:
+    table = counted_table(ROOT / "examples/adopting/products/rules.toml", None)
+    assert table.source == "rules" and table.ttl_attribute == "expirationTime"
+    (gsi,) = table.kwargs["GlobalSecondaryIndexes"]
+    assert gsi["IndexName"] == "ProductCarts"
+    assert [k["AttributeName"] for k in gsi["KeySchema"]] == ["sk", "pk"]
