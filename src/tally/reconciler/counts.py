@@ -103,17 +103,8 @@ class Counts:
         ``observed``: the orphans an earlier look saw (children without their parent).
         """
         snapshot = self.settled_recount(rule, key, first)
-        if snapshot is None:
-            self._stats().deferred += 1
-            self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
-            return
-        self._stats().checked += 1
-        self.report_malformed(rule, key, snapshot.tally)
-        finding = self.finding_of(rule, key, snapshot, group, first_seen)
-        if finding is None:
-            self._stats().consistent += 1
-            if not self._repairer.writes(rule):
-                self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+        finding = self._judged(rule, key, snapshot, group, first_seen)
+        if snapshot is None or finding is None:
             return
         if finding.kind == "orphans":
             self._looks.judge_orphans(rule, key, finding, observed)
@@ -141,6 +132,29 @@ class Counts:
             )
         )
         self._scheduler.schedule(rule, key, 0, "repair fence failed twice")
+
+    def _judged(
+        self,
+        rule: TallyRule,
+        key: Key,
+        snapshot: Snapshot | None,
+        group: Group | None,
+        first_seen: str | None,
+    ) -> Finding | None:
+        """The finding of a settled recount, counted; None when there is nothing more to do
+        (the parent never held still and is deferred, or it is consistent)."""
+        if snapshot is None:
+            self._stats().deferred += 1
+            self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
+            return None
+        self._stats().checked += 1
+        self.report_malformed(rule, key, snapshot.tally)
+        finding = self.finding_of(rule, key, snapshot, group, first_seen)
+        if finding is None:
+            self._stats().consistent += 1
+            if not self._repairer.writes(rule):
+                self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+        return finding
 
     def recount(self, rule: TallyRule, key: Key, first_seen: str | None) -> None:
         """Recount one parent for its carry: the drift dates from the carry's first record."""
@@ -290,17 +304,8 @@ class Counts:
         the counter and revision the second recount read, and on the parent existing.
         """
         snapshot = self.settled_recount(rule, key)
-        if snapshot is None:
-            self._stats().deferred += 1
-            self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
-            return
-        self._stats().checked += 1
-        self.report_malformed(rule, key, snapshot.tally)
-        finding = self.finding_of(rule, key, snapshot, None)
-        if finding is None:
-            self._stats().consistent += 1
-            if not self._repairer.writes(rule):
-                self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+        finding = self._judged(rule, key, snapshot, None, None)
+        if snapshot is None or finding is None:
             return
         if finding.kind == "orphans":
             self._looks.judge_orphans(rule, key, finding, observed)

@@ -11,6 +11,8 @@ from tally.reconciler.protocol.judgement import ParentState, Tally
 from tally.reconciler.table_access import ABSENT, TableAccess
 from tally.rules import AnyRule, CountRule, Key, SumRule
 
+Item = dict[str, Any]
+
 
 class ParentReads(TableAccess):
     """A parent's counter and revision, and the count or sum of its children."""
@@ -49,20 +51,26 @@ class ParentReads(TableAccess):
             request["ExpressionAttributeNames"] = names.expression_names
         else:
             request["Select"] = "COUNT"  # the count alone: no item is returned
-        total, children, unreadable = Decimal(0), 0, []
+        children, items = 0, []
         for page in self.client.get_paginator("query").paginate(**request):
             self.reads.add(page, page["ScannedCount"])
             children += page["Count"]
-            if isinstance(rule, SumRule):
-                for raw in page["Items"]:
-                    item = deserialize(raw)
-                    amount = number(item.get(rule.summed, Decimal(0)))
-                    if isinstance(amount, Decimal):
-                        total = add(total, amount)
-                    else:
-                        unreadable.append((self.rules.key_of(item), amount))
-        actual = total if isinstance(rule, SumRule) else Decimal(children)
-        return Tally(actual, children, tuple(unreadable))
+            items += [deserialize(raw) for raw in page.get("Items", [])]
+        return self._tally(rule, children, items)
+
+    def _tally(self, rule: CountRule | SumRule, children: int, items: list[Item]) -> Tally:
+        """The truth over ``children`` children: their number, or the sum of the amounts the
+        ``items`` hold (an amount that is no number counts 0, and is listed)."""
+        if not isinstance(rule, SumRule):
+            return Tally(Decimal(children), children)
+        total, unreadable = Decimal(0), []
+        for item in items:
+            amount = number(item.get(rule.summed, Decimal(0)))
+            if isinstance(amount, Decimal):
+                total = add(total, amount)
+            else:
+                unreadable.append((self.rules.key_of(item), amount))
+        return Tally(total, children, tuple(unreadable))
 
     def _tally_indexed(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
         """Count or sum the children found through the rule's index, each confirmed by a
@@ -99,19 +107,13 @@ class ParentReads(TableAccess):
                 if claimed(key):
                     hits[tuple(key.values())] = key
         summed = rule.summed if isinstance(rule, SumRule) else None
-        total, children, unreadable = Decimal(0), 0, []
-        for item in self._get_items(hits.values(), *through.attributes, summed):
-            if rule.indexed_parent(item, self.rules.table) != parent_key:
-                continue  # a stale entry: the child moved, or left the counted status
-            children += 1
-            if summed is not None:
-                amount = number(item.get(summed, Decimal(0)))
-                if isinstance(amount, Decimal):
-                    total = add(total, amount)
-                else:
-                    unreadable.append((self.rules.key_of(item), amount))
-        actual = total if isinstance(rule, SumRule) else Decimal(children)
-        return Tally(actual, children, tuple(unreadable))
+        confirmed = [
+            item
+            for item in self._get_items(hits.values(), *through.attributes, summed)
+            # Not a stale entry: the child did not move, nor leave the counted status.
+            if rule.indexed_parent(item, self.rules.table) == parent_key
+        ]
+        return self._tally(rule, len(confirmed), confirmed)
 
     def has_more_children(self, rule: CountRule | SumRule, parent_key: Key, than: int) -> bool:
         """Does the parent have more than ``than`` children? One ``Select=COUNT`` query of at
