@@ -25,6 +25,7 @@ PROBLEMS = (
     "counter_behind",
     "duplicates",
     "missing",
+    "unindexed",  # the key is a child's, of a rule whose index cannot hold the item
 )
 
 
@@ -59,6 +60,7 @@ class _Row(BaseModel):
     counter_behind: int = 0
     duplicates: int = 0
     missing: int = 0
+    unindexed: int = 0
     first_missing: int | None = None
 
     @field_validator("*", mode="before")
