@@ -396,3 +396,9 @@ def test_an_item_the_index_holds_is_not_unindexed_whatever_its_status() -> None:
     cart = RULES["product-totals"]
     assert isinstance(cart, SumRule)
     assert index_key_types(cart, KEYS) == {"SK": {"S"}, "PK": {"S", "N", "B"}}
+
+
+def test_an_unindexed_row_of_a_rule_without_an_index_is_refused_naming_the_field() -> None:
+    row = {"rule": "likes", "key_0": "POST#1", "key_1": "LIKE#1", "unindexed": "1"}
+    with pytest.raises(ValueError, match="unindexed: rule 'likes' finds no children through"):
+        parse_candidate(row, RULES)

@@ -106,9 +106,13 @@ def parse_candidate(row: Mapping[str, Any], rules: RuleSet) -> Candidate:
         )
         raise ValueError(f"bad candidate row: {problems}") from None
     try:
-        rules[parsed.rule]
+        rule = rules[parsed.rule]
     except KeyError as error:
         raise ValueError(f"bad candidate row: rule: {error.args[0]}") from None
+    if parsed.unindexed and getattr(rule, "through", None) is None:
+        raise ValueError(
+            f"bad candidate row: unindexed: rule {parsed.rule!r} finds no children through an index"
+        )
     values = parsed.model_dump()
     return Candidate(
         rule=parsed.rule,

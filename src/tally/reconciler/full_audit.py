@@ -186,7 +186,7 @@ class Audit:
         for candidate in candidates:
             target = self.reconciler.rules[candidate.rule]
             if candidate.problems.get("unindexed"):
-                assert isinstance(target, CountRule | SumRule)
+                assert isinstance(target, CountRule | SumRule)  # parse_candidate checked it
                 self.check_unindexed(target, candidate.key)
                 continue
             self.report.parents[target.name] += 1
