@@ -300,6 +300,52 @@ def cart_items(
     return items, wrong, inexact, malformed
 
 
+# Team memberships: an index sort key without a status takes any key type (S, N, B).
+TEAMS = ["t", "u"]
+sort_values = st.sampled_from(
+    [("S", "2026"), ("S", ""), ("N", "3"), ("B", "AQ=="), ("B", ""), ("M", None), None]
+)
+memberships = st.lists(
+    st.tuples(st.sampled_from(PEOPLE), st.sampled_from([*TEAMS, "", None]), sort_values),
+    max_size=8,
+)
+team_counters = st.lists(
+    st.tuples(st.booleans(), st.one_of(st.none(), st.integers(0, 4))), min_size=2, max_size=2
+)
+
+
+def member_items(
+    rows: list[tuple[str, str | None, Any]], team_rows: list[tuple[bool, int | None]]
+) -> tuple[list[dict[str, Any]], set[str], set[str]]:
+    """Items for team members; the teams wrong by a plain count, the items out of the index."""
+    items, outside, seen, truth = [], set(), set(), dict.fromkeys(TEAMS, 0)
+    for person, team, sort in rows:
+        key = (f"USER#{person}", f"MEMBER#{len(seen)}")
+        seen.add(key)
+        index: dict[str, Any] = {}
+        if team is not None:
+            index["GSI2PK"] = s(f"TEAM#{team}" if team else "")
+        if sort is not None:
+            kind, value = sort
+            index["GSI2SK"] = {"M": {}} if kind == "M" else {kind: value}
+        items.append(item(*key, **index))
+        held = sort is not None and sort[0] in ("S", "N", "B") and sort[1] != ""
+        if not team or not held:
+            outside.add("/".join(key))
+        else:
+            truth[team] += 1
+    wrong = set()
+    for team, (exists, counter) in zip(TEAMS, team_rows, strict=True):
+        if exists:
+            extra = {} if counter is None else {"memberCount": n(counter)}
+            items.append(item(f"TEAM#{team}", "META", **extra))
+            if (counter or 0) != truth[team]:
+                wrong.add(f"TEAM#{team}")
+        elif truth[team]:
+            wrong.add(f"TEAM#{team}")
+    return items, wrong, outside
+
+
 def _value(value: Any) -> dict[str, str]:
     return s(value) if isinstance(value, str) else n(value)
 
@@ -307,17 +353,29 @@ def _value(value: Any) -> dict[str, str]:
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(edge_rows=edges, profile_rows=profiles, line_rows=lines, total_rows=totals)
+@given(
+    edge_rows=edges,
+    profile_rows=profiles,
+    line_rows=lines,
+    total_rows=totals,
+    member_rows=memberships,
+    team_rows=team_counters,
+)
 def test_both_engines_judge_by_a_plain_count_over_the_base_table(
     tmp_path_factory: pytest.TempPathFactory,
     edge_rows: list[tuple[str, str, tuple[str, str], Any]],
     profile_rows: list[tuple[bool, Any]],
     line_rows: list[tuple[int, str, Any]],
     total_rows: list[tuple[bool, Any]],
+    member_rows: list[tuple[str, str | None, Any]],
+    team_rows: list[tuple[bool, int | None]],
 ) -> None:
     follower_items, wrong_profiles, outside = edge_items(edge_rows, profile_rows)
     cart, wrong_products, inexact, malformed = cart_items(line_rows, total_rows)
-    found = run(tmp_path_factory.mktemp("export"), follower_items + cart)
+    members, wrong_teams, members_outside = member_items(member_rows, team_rows)
+    outside |= members_outside
+    every = follower_items + cart + members
+    found = run(tmp_path_factory.mktemp("export"), every)
 
     flagged = {pk for (rule, pk, sk), c in found.items() if rule == "followers" and sk == "PROFILE"}
     assert flagged == wrong_profiles
@@ -327,8 +385,12 @@ def test_both_engines_judge_by_a_plain_count_over_the_base_table(
     # Nothing wrong is missed; nothing right is flagged unless an amount could not be summed.
     assert wrong_products <= products
     assert products - wrong_products <= inexact | malformed
+    assert {pk for (rule, pk, sk) in found if rule == "team-members" and sk == "META"} == (
+        wrong_teams
+    )
 
-    nominated, scanned_outside = gathered(follower_items + cart)
+    nominated, scanned_outside = gathered(every)
+    assert {pk for rule, pk in nominated if rule == "team-members"} == wrong_teams
     assert {pk for rule, pk in nominated if rule == "followers"} == wrong_profiles
     assert {pk for rule, pk in nominated if rule == "product-totals"} == wrong_products | (
         malformed & {f"PRODUCT#{p}" for p in "ab"}
