@@ -55,6 +55,7 @@ class Scheduler:
         carry_since: int = 0,
         delay: int | None = None,
         carry_through: int = 0,
+        reference: str | None = None,
     ) -> None:
         if delay is None:
             delay = self._delay(rule, carry_since)
@@ -62,7 +63,15 @@ class Scheduler:
         if isinstance(rule, SequenceRule) and counter_seen:
             epoch = self._store.sequence_state(rule.name, key)[1]  # the horizon's life
         recheck = Recheck(
-            rule.name, key, counter_seen, reason, observed, carry_since, epoch, carry_through
+            rule.name,
+            key,
+            counter_seen,
+            reason,
+            observed,
+            carry_since,
+            epoch,
+            carry_through,
+            reference,
         )
         if self.held is not None and reason in CASCADE_REASONS:
             self.held.append((recheck, delay))  # the full audit waits them out
