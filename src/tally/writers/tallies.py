@@ -1,6 +1,11 @@
 """Count and sum writers (reference counts): the child write and the counter bump in one
 transaction.
 
+A child found through an index (a rule with ``through``) names its parent in its index key
+attributes, not in its key: the writer derives the parent from the item it writes, or from
+the item it read, and fences the write on the index key values read (``tally.writers.indexed``).
+``move_child`` re-parents such a child, or moves it out of or into the counted status.
+
 Every call reports what it did. Each transaction carries a fresh ``ClientRequestToken``:
 botocore's retry of it after a lost response is a replay of the same commit, and a repeated
 call is a new request (like, unlike, like again all count). Under an idempotency key a guard
@@ -25,7 +30,7 @@ from tally.core.dynamodb import (
     transact,
 )
 from tally.rules import CountRule, Key, Match, RuleSet, SumRule, TableKeys
-from tally.writers import items
+from tally.writers import indexed, items
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
@@ -46,8 +51,13 @@ from tally.writers.transactions import (
 )
 
 Outcome = Literal["created", "already_present", "removed", "not_present", "changed", "unchanged"]
-_Operation = Literal["add", "remove", "change"]
-_DONE: dict[_Operation, Outcome] = {"add": "created", "remove": "removed", "change": "changed"}
+_Operation = Literal["add", "remove", "change", "move"]
+_DONE: dict[_Operation, Outcome] = {
+    "add": "created",
+    "remove": "removed",
+    "change": "changed",
+    "move": "changed",
+}
 # Exact differences of two DynamoDB numbers (exponents -168..125) fit in 300 digits.
 _EXACT = Context(prec=300)
 
@@ -149,7 +159,8 @@ def raise_for_parent(
 
 @dataclass(frozen=True)
 class _Write:
-    """One call: its target, its key's request, and (change) the amount it sets."""
+    """One call: its target, its key's request, and (change) the amount or (move) the index
+    key values it sets. ``parent_key`` is empty for a child found through an index."""
 
     operation: _Operation
     key: Key
@@ -157,6 +168,8 @@ class _Write:
     rule: CountRule | SumRule
     keyed: Keyed | None
     new: Decimal | None = None
+    index: Mapping[str, Any] | None = None
+    item: Mapping[str, Any] | None = None
 
 
 class TallyWriter:
@@ -180,13 +193,20 @@ class TallyWriter:
         *,
         idempotency_key: str | None = None,
     ) -> WriteResult:
-        """Put the child if absent and add 1 (count) or its amount (sum) to the parent."""
+        """Put the child if absent and add 1 (count) or its amount (sum) to the parent.
+
+        A child found through an index carries its index key attributes in ``attributes``
+        (and the status, for a rule with ``sort_prefix``): they name its parent."""
         match = self._match(key)
         rule = match.rule
         assert isinstance(rule, CountRule | SumRule)
         item = self._child_item(rule, key, attributes or {})
+        parent_key = match.parent_key
+        if rule.through is not None:
+            indexed.check_index_keys(rule, self._keys, item, ("attributes",))
+            parent_key = indexed.named_parent(rule, item, self._keys, ("attributes",))
         keyed = self.guards.request(idempotency_key, "add", key, item)
-        write = _Write("add", dict(key), match.parent_key, rule, keyed)
+        write = _Write("add", dict(key), parent_key, rule, keyed, item=item)
         delta = item[rule.summed] if isinstance(rule, SumRule) else Decimal(1)
         names = Names.of(self._pk)
         child = {
@@ -197,10 +217,9 @@ class TallyWriter:
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        parent = parent_update(self.table_name, match.parent_key, rule, delta, self._keys)
         amount = ("attributes", rule.summed) if isinstance(rule, SumRule) else None
         try:
-            return self._commit(write, [child, parent], amount, delta)
+            return self._commit(write, child, [(parent_key, delta)], amount)
         except Cancelled as cancelled:
             return self._settle(write, "already_present", cancelled.attempts)
 
@@ -213,8 +232,8 @@ class TallyWriter:
         assert isinstance(rule, CountRule | SumRule)
         keyed = self.guards.request(idempotency_key, "remove", key)
         write = _Write("remove", dict(key), match.parent_key, rule, keyed)
-        if isinstance(rule, SumRule):
-            return self._change_sum_child(write, ("key",))
+        if isinstance(rule, SumRule) or rule.through is not None:
+            return self._read_and_write(write, ("key",))
         names = Names.of(self._pk)
         child = {
             "Delete": {
@@ -224,9 +243,8 @@ class TallyWriter:
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        parent = parent_update(self.table_name, match.parent_key, rule, Decimal(-1), self._keys)
         try:
-            return self._commit(write, [child, parent], None, Decimal(-1))
+            return self._commit(write, child, [(match.parent_key, Decimal(-1))], None)
         except Cancelled as cancelled:
             return self._settle(write, "not_present", cancelled.attempts)
 
@@ -244,17 +262,49 @@ class TallyWriter:
         new = in_domain(amount, rule, ("amount",))
         keyed = self.guards.request(idempotency_key, "change", key, new)
         write = _Write("change", dict(key), match.parent_key, rule, keyed, new)
-        return self._change_sum_child(write, ("amount",))
+        return self._read_and_write(write, ("amount",))
+
+    def move_child(
+        self,
+        key: Mapping[str, str],
+        attributes: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> WriteResult:
+        """Set a child's index key attributes (None removes one), found through an index, and
+        move its count (or amount) from the parent its stored item names to the parent the
+        new values name: a re-parent, or a move out of or into the counted status (one side
+        then no parent). ``changed``, ``unchanged`` or ``not_present``."""
+        match = self._match(key)
+        rule = match.rule
+        assert isinstance(rule, CountRule | SumRule)
+        if rule.through is None:
+            raise InvalidRequestError(
+                ("key",),
+                f"rule {rule.name!r} counts the children of its parent's item collection: "
+                "only a child found through an index ('through') moves between parents",
+            )
+        moves = indexed.index_values(rule, self._keys, attributes, ("attributes",))
+        keyed = self.guards.request(idempotency_key, "move", key, moves)
+        write = _Write("move", dict(key), match.parent_key, rule, keyed, index=moves)
+        return self._read_and_write(write, ("attributes",))
 
     # --- requests -----------------------------------------------------------------------
 
     def _match(self, key: Mapping[str, Any]) -> Match:
+        """The count or sum rule the key is a child of (in its parent's item collection, or
+        found through an index), in the rules' order."""
         try:
-            match = self.rules.child_match(key)
+            self.rules.validate_key(key)
         except ValueError as error:
             raise InvalidRequestError(("key",), str(error)) from None
-        items.check_key(key, self.rules.table, ("key",))
-        return match
+        for match in self.rules.classify(key):
+            if match.role in ("child", "indexed"):
+                items.check_key(key, self.rules.table, ("key",))
+                return match
+        raise InvalidRequestError(
+            ("key",), f"key {dict(key)} is not a child of any count or sum rule"
+        )
 
     def _child_item(
         self,
@@ -279,34 +329,51 @@ class TallyWriter:
     # --- committing ---------------------------------------------------------------------
 
     def _commit(
-        self, write: _Write, writes: list[dict[str, Any]], amount: Field | None, delta: Decimal
+        self,
+        write: _Write,
+        child: dict[str, Any],
+        parents: list[tuple[Key, Decimal]],
+        amount: Field | None,
     ) -> WriteResult:
-        """Commit the writes (and the key's guard); ``Cancelled`` when the child's condition
+        """Commit the child's write, each parent's ``ADD delta`` (none, one, or the old and
+        the new parent of a move) and the key's guard; ``Cancelled`` when the child's condition
         failed, which the caller turns into its outcome."""
         done = _DONE[write.operation]
+        rule = write.rule
+        writes = [child]
+        writes += [parent_update(self.table_name, k, rule, d, self._keys) for k, d in parents]
         guard = [self.guards.put(write.keyed, done)] if write.keyed else []
         try:
             committed = transact(self.client, [*writes, *guard], new_token(), self.backoff)
         except Cancelled as cancelled:
             if write.keyed and (record := self.guards.taken(cancelled, len(writes))):
                 return self._replay(write, record)
-            rule = write.rule
             beyond = None
             if amount is not None:
                 message = f"the parent's {rule.counter!r} would pass ±{total_limit(rule)}"
                 beyond = InvalidRequestError(amount, message)
-            raise_for_parent(cancelled, 1, write.parent_key, rule, delta, out_of_range=beyond)
+            for position, (key, delta) in enumerate(parents, start=1):
+                raise_for_parent(cancelled, position, key, rule, delta, out_of_range=beyond)
             raise
         except TransactionFailedError as failed:
-            refusal = _number_refusal(failed)
+            messages = _messages(failed)
+            written = write.index or write.item or {}
+            if rule.through and (name := indexed.refused_index_key(messages, rule, written)):
+                field = indexed.field_of(name, self._keys, ("attributes",))
+                why = "; ".join(m for m in messages if m)
+                raise InvalidRequestError(
+                    field, f"index {rule.through.index!r} refused it as its key: {why}"
+                ) from failed
+            refusal = _number_refusal(messages)
             if refusal is None:
                 raise
-            # DynamoDB refused a number: find out whose, reading the parent (nothing written).
-            judge_parent(self._get(write.parent_key), write.parent_key, write.rule)
+            # DynamoDB refused a number: find out whose, reading the parents (nothing written).
+            for key, _ in parents:
+                judge_parent(self._get(key), key, rule)
             if amount is None:
                 raise
             raise InvalidRequestError(
-                amount, f"the parent's {write.rule.counter!r} cannot take it: {refusal}"
+                amount, f"the parent's {rule.counter!r} cannot take it: {refusal}"
             ) from failed
         return WriteResult(done, attempts=committed.attempts)
 
@@ -329,54 +396,90 @@ class TallyWriter:
             )
         return WriteResult(cast(Outcome, record.outcome), replayed=True)
 
-    # --- sum children -------------------------------------------------------------------
+    # --- writes that read the child first ------------------------------------------------
 
-    def _change_sum_child(self, write: _Write, field: Field) -> WriteResult:
-        # Transactions cannot read, so read the amount first and fence the write on it.
-        rule = write.rule
-        assert isinstance(rule, SumRule)
+    def _read_and_write(self, write: _Write, field: Field) -> WriteResult:
+        """Transactions cannot read: read the child, then write fenced on what was read (a
+        sum's amount, an indexed child's index key values); read again if it moved."""
         attempts = 0
         for attempt in retrying(self.backoff):
             attempts = attempt
             current = self._get(write.key)
             if current is None:
                 return self._settle(write, "not_present", attempt)
-            old = number_or_none(current, rule.summed, write.key) or Decimal(0)
-            if write.new == old:
+            planned = self._fenced_writes(write, current)
+            if planned is None:
                 return self._settle(write, "unchanged", attempt)
-            if write.new is not None:
-                items.check_size({**current, rule.summed: write.new}, ("amount",))
             try:
-                writes, delta = self._sum_writes(write, rule, old)
-                result = self._commit(write, writes, field, delta)
+                result = self._commit(write, *planned, field)
             except Cancelled:
-                continue  # the amount moved between our read and our write
+                continue  # the child moved between our read and our write
             return replace(result, attempts=result.attempts + attempt - 1)
         raise RuntimeError(f"child {write.key} kept changing over {attempts} attempts")
 
-    def _sum_writes(
-        self, write: _Write, rule: SumRule, old: Decimal
-    ) -> tuple[list[dict[str, Any]], Decimal]:
-        names = Names.of(self._pk, rule.summed)
-        summed = names[rule.summed]
-        fence = f"{summed} = :old" + (f" OR attribute_not_exists({summed})" if old == 0 else "")
+    def _fenced_writes(
+        self, write: _Write, current: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[tuple[Key, Decimal]]] | None:
+        """The child's write fenced on ``current`` and the parents' deltas; None when the
+        request would change nothing."""
+        rule = write.rule
+        old = Decimal(1)
+        if isinstance(rule, SumRule):
+            old = number_or_none(current, rule.summed, write.key) or Decimal(0)
+        parent: Key | None = write.parent_key
+        if rule.through is not None:
+            parent = rule.indexed_parent(current, self._keys)
+        fence = indexed.fence(rule, self._keys, current)
+        names, values = fence.names, dict(fence.values)
         child: dict[str, Any] = {
             "TableName": self.table_name,
             "Key": serialize(self._keys.typed(write.key)),
-            "ConditionExpression": f"attribute_exists({names[self._pk]}) AND ({fence})",
+            "ConditionExpression": fence.condition,
             "ExpressionAttributeNames": names.expression_names,
         }
-        values: dict[str, Any] = {":old": old}
-        if write.new is None:
-            delta, entry = -old, {"Delete": child}
-        else:
-            delta = _difference(write.new, old)
-            child["UpdateExpression"] = f"SET {summed} = :new"
+        parents: list[tuple[Key, Decimal]] = []
+        if write.operation == "remove":
+            entry = {"Delete": child}
+            parents = [(parent, -old)] if parent is not None else []
+        elif write.operation == "change":
+            assert isinstance(rule, SumRule) and write.new is not None
+            if write.new == old:
+                return None
+            items.check_size({**current, rule.summed: write.new}, ("amount",))
+            child["UpdateExpression"] = f"SET {names[rule.summed]} = :new"
             values[":new"] = write.new
             entry = {"Update": child}
-        child["ExpressionAttributeValues"] = serialize(values)
-        parent = parent_update(self.table_name, write.parent_key, rule, delta, self._keys)
-        return [entry, parent], delta
+            parents = [(parent, _difference(write.new, old))] if parent is not None else []
+        else:
+            assert write.index is not None
+            moved = {**current, **write.index}
+            image = {name: value for name, value in moved.items() if value is not None}
+            if image == current:
+                return None
+            new_parent = self._new_parent(rule, image)
+            items.check_size(image, ("attributes",))
+            sets = [n for n, v in write.index.items() if v is not None]
+            removes = [n for n, v in write.index.items() if v is None]
+            expression = ", ".join(f"{names[n]} = :set{i}" for i, n in enumerate(sets))
+            values |= {f":set{i}": write.index[n] for i, n in enumerate(sets)}
+            child["UpdateExpression"] = " ".join(
+                [f"SET {expression}"] * bool(sets)
+                + [f"REMOVE {', '.join(names[n] for n in removes)}"] * bool(removes)
+            )
+            entry = {"Update": child}
+            parents = indexed.moves(parent, new_parent, old)
+        if values:
+            child["ExpressionAttributeValues"] = serialize(values)
+        return entry, parents
+
+    def _new_parent(self, rule: CountRule | SumRule, image: Mapping[str, Any]) -> Key | None:
+        """The parent a moved child's image names; None when it leaves the count on purpose
+        (no index key, another status), a refusal when its index key names no parent."""
+        if rule.indexed_parent(image, self._keys) is None and indexed.leaves_deliberately(
+            rule, image
+        ):
+            return None
+        return indexed.named_parent(rule, image, self._keys, ("attributes",))
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         response = self.client.get_item(
@@ -406,6 +509,9 @@ def _still_holds(write: _Write, outcome: str, item: Mapping[str, Any] | None) ->
         return item is None
     if item is None:
         return False
+    if write.operation == "move":
+        assert write.index is not None
+        return all(item.get(name) == value for name, value in write.index.items())
     if write.operation != "change" or not isinstance(write.rule, SumRule):
         return True
     return bool(item.get(write.rule.summed) == write.new)
@@ -424,11 +530,16 @@ def _difference(new: Decimal, old: Decimal) -> Decimal:
         ) from None
 
 
-def _number_refusal(failed: TransactionFailedError) -> str | None:
-    """DynamoDB's message when it refused a number the transaction would store."""
+def _messages(failed: TransactionFailedError) -> list[str]:
+    """DynamoDB's messages on a failed transaction: each item's, and the error's."""
     messages = [str(reason.get("Message", "")) for reason in failed.reasons]
     if isinstance(failed.__cause__, ClientError):
         messages.append(str(failed.__cause__.response.get("Error", {}).get("Message", "")))
+    return messages
+
+
+def _number_refusal(messages: list[str]) -> str | None:
+    """DynamoDB's message when it refused a number the transaction would store."""
     for message in messages:
         if "number" in message.lower() or "precision" in message.lower():
             return message
