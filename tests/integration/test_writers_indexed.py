@@ -63,6 +63,16 @@ RULES: RuleSet = parse_rules(
                 "through": {"index": "GSI2", "partition_key": "GSI2PK", "sort_key": "GSI2SK"},
             },
             {
+                # The shopping cart's inverted index: a line's own sort key names its product.
+                "name": "cart-totals",
+                "kind": "sum",
+                "parent": {"PK": "SKU#*", "SK": "ALLCARTS"},
+                "children": {"PK": "BASKET#*", "SK": "SKU#*"},
+                "counter": "cartQuantity",
+                "summed": "qty",
+                "through": {"index": "Inverted", "partition_key": "SK", "sort_key": "PK"},
+            },
+            {
                 "name": "likes",
                 "kind": "count",
                 "parent": {"PK": "POST#*", "SK": "META"},
@@ -73,8 +83,9 @@ RULES: RuleSet = parse_rules(
     }
 )
 FOLLOWERS = RULES["followers"]
-TOTALS = RULES["product-totals"]
-assert isinstance(FOLLOWERS, CountRule) and isinstance(TOTALS, SumRule)
+TOTALS, CARTS = RULES["product-totals"], RULES["cart-totals"]
+assert isinstance(FOLLOWERS, CountRule)
+assert isinstance(TOTALS, SumRule) and isinstance(CARTS, SumRule)
 FOLLOWING = "FOLLOWING#2026-11-26"
 
 
@@ -91,13 +102,22 @@ def _index(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def table(dynamodb: Any) -> Iterator[str]:
-    """A table with the rules' keys and their two inverted indexes (GSI1, GSI2)."""
+    """A table with the rules' keys and their inverted indexes (GSI1, GSI2, and Inverted
+    over the table's own keys)."""
     name = f"tally-indexed-{uuid.uuid4().hex[:12]}"
     kwargs = rules_table_kwargs(RULES, name)
     kwargs["AttributeDefinitions"] += [
         {"AttributeName": a, "AttributeType": "S"} for a in ("GSI1PK", "GSI1SK", "GSI2PK", "GSI2SK")
     ]
-    kwargs["GlobalSecondaryIndexes"] = [_index("GSI1"), _index("GSI2")]
+    inverted = {
+        "IndexName": "Inverted",
+        "KeySchema": [
+            {"AttributeName": "SK", "KeyType": "HASH"},
+            {"AttributeName": "PK", "KeyType": "RANGE"},
+        ],
+        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["qty"]},
+    }
+    kwargs["GlobalSecondaryIndexes"] = [_index("GSI1"), _index("GSI2"), inverted]
     create_table_from(dynamodb, kwargs, None)
     yield name
     with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
@@ -255,6 +275,26 @@ def test_a_sum_through_an_index_moves_the_amount_with_the_line(
     assert writer.remove_child(line).outcome == "removed"
     assert counter(dynamodb, table, total_b, "quantity") == 0
     assert counted(dynamodb, table, TOTALS) == Counter()
+
+
+def test_cart_lines_named_by_their_own_sort_key_are_summed_into_the_product_across_carts(
+    dynamodb: Any, table: str, writer: TallyWriter
+) -> None:
+    sku = {"PK": "SKU#a", "SK": "ALLCARTS"}
+    put(dynamodb, table, {**sku, "cartQuantity": 0})
+    lines = [{"PK": f"BASKET#{n}", "SK": "SKU#a"} for n in range(3)]
+    for n, line in enumerate(lines, start=1):
+        assert writer.add_child(line, {"qty": n}).outcome == "created"
+    assert counter(dynamodb, table, sku, "cartQuantity") == 6
+    assert writer.change_amount(lines[0], 5).outcome == "changed"
+    assert writer.remove_child(lines[1]).outcome == "removed"
+    assert counter(dynamodb, table, sku, "cartQuantity") == 8
+    assert counted(dynamodb, table, CARTS) == Counter({"SKU#a": 8})
+    with pytest.raises(InvalidRequestError) as refused:
+        writer.move_child(lines[0], {"SK": "SKU#b"})
+    assert refused.value.field == ("attributes", "SK")
+    with pytest.raises(ParentNotFoundError):
+        writer.add_child({"PK": "BASKET#1", "SK": "SKU#zzz"}, {"qty": 1})
 
 
 def test_a_re_parent_between_the_read_and_the_write_cannot_decrement_the_old_parent(
