@@ -1,4 +1,5 @@
-"""The writers' pure decisions for children found through an index (tally.writers.indexed)."""
+"""The writers' pure decisions for children found through an index (tally.writers.indexed,
+and the fence of tally.writers.fenced)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from hypothesis import strategies as st
 
 from tally.rules import CountRule, SumRule, parse_rules
 from tally.writers import InvalidRequestError
+from tally.writers.fenced import fence
 from tally.writers.indexed import (
     check_index_keys,
-    fence,
     index_values,
     leaves_deliberately,
     moves,

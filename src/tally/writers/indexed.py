@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from tally.core.dynamodb import Names
 from tally.rules import CountRule, IndexChildren, Key, SumRule, TableKeys
 from tally.writers import items
 from tally.writers.errors import Field, InvalidRequestError
@@ -160,44 +158,6 @@ def index_values(
         moves[name] = checked.get(name)
     check_index_keys(rule, keys, moves, base)
     return moves
-
-
-@dataclass(frozen=True)
-class Fence:
-    """The condition a stored child must still meet to be written as read: present, its index
-    key values as read (absent where it had none), and for a sum its amount."""
-
-    condition: str
-    names: Names
-    values: dict[str, Any]
-
-
-def fence(rule: CountRule | SumRule, keys: TableKeys, current: Mapping[str, Any]) -> Fence:
-    """``attribute_exists`` of the key, each index attribute (rules with ``through``) as
-    ``current`` holds it, and for a sum rule its amount (absent when the item holds none, 0
-    or absent when it holds 0)."""
-    index = rule.through.attributes if rule.through is not None else ()
-    fenced = [name for name in index if name not in keys.names]
-    summed = rule.summed if isinstance(rule, SumRule) else None
-    names = Names.of(keys.partition_key, *fenced, summed)
-    conditions = [f"attribute_exists({names[keys.partition_key]})"]
-    values: dict[str, Any] = {}
-    for position, name in enumerate(fenced):
-        if name in current:
-            placeholder = f":index{position}"
-            conditions.append(f"{names[name]} = {placeholder}")
-            values[placeholder] = current[name]
-        else:
-            conditions.append(f"attribute_not_exists({names[name]})")
-    if summed is not None:
-        amount = current.get(summed)
-        if isinstance(amount, Decimal):
-            nothing = f" OR attribute_not_exists({names[summed]})" if amount == 0 else ""
-            conditions.append(f"({names[summed]} = :old{nothing})")
-            values[":old"] = amount
-        else:
-            conditions.append(f"attribute_not_exists({names[summed]})")
-    return Fence(" AND ".join(conditions), names, values)
 
 
 def moves(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
+from decimal import Decimal
 from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
@@ -29,25 +29,21 @@ from tally.core.dynamodb import (
     serialize,
     transact,
 )
-from tally.rules import CountRule, Key, Match, RuleSet, SumRule, TableKeys
+from tally.rules import CountRule, Key, Match, RuleSet, SumRule
 from tally.writers import indexed, items
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
-    InvalidCounterError,
     InvalidRequestError,
-    ParentNotFoundError,
 )
+from tally.writers.fenced import fenced_writes
 from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
 from tally.writers.reserved import refuse_reserved, reserved_attributes
 from tally.writers.transactions import (
-    REVISION_LIMIT,
     new_token,
-    number_or_none,
-    old_item,
     read_item,
     retrying,
-    revision_guard,
 )
 
 Outcome = Literal["created", "already_present", "removed", "not_present", "changed", "unchanged"]
@@ -58,8 +54,6 @@ _DONE: dict[_Operation, Outcome] = {
     "change": "changed",
     "move": "changed",
 }
-# Exact differences of two DynamoDB numbers (exponents -168..125) fit in 300 digits.
-_EXACT = Context(prec=300)
 
 
 @dataclass(frozen=True)
@@ -70,91 +64,6 @@ class WriteResult:
     outcome: Outcome
     replayed: bool = False
     attempts: int = 1
-
-
-def total_limit(rule: CountRule | SumRule) -> Decimal:
-    """The largest counter a writer adds to: 38 digits, ``scale`` of them decimal places."""
-    scale = rule.scale if isinstance(rule, SumRule) else 0
-    return Decimal((0, (9,) * items.MAX_DIGITS, -scale))
-
-
-def parent_update(
-    table: str,
-    parent_key: Key,
-    rule: CountRule | SumRule,
-    delta: Decimal,
-    keys: TableKeys,
-) -> dict[str, Any]:
-    """ADD delta to the counter and 1 to the revision, only on an existing parent whose
-    counter and revision are numbers that stay exact after the ADD (every check in the
-    update's own condition, so a refusal writes nothing)."""
-    partition_key = keys.partition_key
-    names = Names.of(partition_key, rule.counter, rule.revision)
-    counter = names[rule.counter]
-    adds = [f"{counter} :delta"]
-    limit = total_limit(rule)
-    # From these bounds (a number compares false with any other type), adding delta cannot
-    # leave ±limit. Rounded inwards to the 38 digits an expression value may have.
-    guards = [
-        f"attribute_exists({names[partition_key]})",
-        f"(attribute_not_exists({counter}) OR {counter} BETWEEN :low AND :high)",
-    ]
-    values: dict[str, Any] = {":delta": delta}
-    with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_CEILING)):
-        values[":low"] = -limit - delta
-    with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_FLOOR)):
-        values[":high"] = limit - delta
-    revision, revision_values = revision_guard(names, rule.revision)
-    guards += revision
-    values |= revision_values
-    if rule.revision is not None:
-        adds.append(f"{names[rule.revision]} :one")
-        values[":one"] = Decimal(1)
-    return {
-        "Update": {
-            "TableName": table,
-            "Key": serialize(keys.typed(parent_key)),
-            "UpdateExpression": "ADD " + ", ".join(adds),
-            "ConditionExpression": " AND ".join(guards),
-            "ExpressionAttributeNames": names.expression_names,
-            "ExpressionAttributeValues": serialize(values),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    }
-
-
-def judge_parent(
-    parent: Mapping[str, Any] | None, key: Key, rule: CountRule | SumRule
-) -> Mapping[str, Any]:
-    """The parent, after ParentNotFound or InvalidCounter for what a writer cannot add to."""
-    if parent is None:
-        raise ParentNotFoundError(key)
-    scale = rule.scale if isinstance(rule, SumRule) else 0
-    number_or_none(parent, rule.counter, key, limit=total_limit(rule), scale=scale)
-    if rule.revision is not None:
-        number_or_none(parent, rule.revision, key, limit=REVISION_LIMIT, scale=0)
-    return parent
-
-
-def raise_for_parent(
-    cancelled: Cancelled,
-    index: int,
-    key: Key,
-    rule: CountRule | SumRule,
-    delta: Decimal,
-    out_of_range: Exception | None = None,
-) -> None:
-    """Turn the parent's failed condition into ParentNotFound or InvalidCounter, or, when its
-    numbers are fine, ``out_of_range`` (a sum's total would leave the range it keeps)."""
-    if not cancelled.failed(index):
-        return
-    parent = judge_parent(old_item(cancelled, index), key, rule)
-    if out_of_range is not None:
-        raise out_of_range
-    value = parent.get(rule.counter)
-    raise InvalidCounterError(
-        key, rule.counter, value, f"holds {value}: adding {delta} would pass ±{total_limit(rule)}"
-    )
 
 
 @dataclass(frozen=True)
@@ -407,7 +316,17 @@ class TallyWriter:
             current = self._get(write.key)
             if current is None:
                 return self._settle(write, "not_present", attempt)
-            planned = self._fenced_writes(write, current)
+            planned = fenced_writes(
+                self.table_name,
+                self._keys,
+                write.operation,
+                write.key,
+                write.parent_key,
+                write.rule,
+                current,
+                write.new,
+                write.index,
+            )
             if planned is None:
                 return self._settle(write, "unchanged", attempt)
             try:
@@ -416,70 +335,6 @@ class TallyWriter:
                 continue  # the child moved between our read and our write
             return replace(result, attempts=result.attempts + attempt - 1)
         raise RuntimeError(f"child {write.key} kept changing over {attempts} attempts")
-
-    def _fenced_writes(
-        self, write: _Write, current: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[tuple[Key, Decimal]]] | None:
-        """The child's write fenced on ``current`` and the parents' deltas; None when the
-        request would change nothing."""
-        rule = write.rule
-        old = Decimal(1)
-        if isinstance(rule, SumRule):
-            old = number_or_none(current, rule.summed, write.key) or Decimal(0)
-        parent: Key | None = write.parent_key
-        if rule.through is not None:
-            parent = rule.indexed_parent(current, self._keys)
-        fence = indexed.fence(rule, self._keys, current)
-        names, values = fence.names, dict(fence.values)
-        child: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": serialize(self._keys.typed(write.key)),
-            "ConditionExpression": fence.condition,
-            "ExpressionAttributeNames": names.expression_names,
-        }
-        parents: list[tuple[Key, Decimal]] = []
-        if write.operation == "remove":
-            entry = {"Delete": child}
-            parents = [(parent, -old)] if parent is not None else []
-        elif write.operation == "change":
-            assert isinstance(rule, SumRule) and write.new is not None
-            if write.new == old:
-                return None
-            items.check_size({**current, rule.summed: write.new}, ("amount",))
-            child["UpdateExpression"] = f"SET {names[rule.summed]} = :new"
-            values[":new"] = write.new
-            entry = {"Update": child}
-            parents = [(parent, _difference(write.new, old))] if parent is not None else []
-        else:
-            assert write.index is not None
-            moved = {**current, **write.index}
-            image = {name: value for name, value in moved.items() if value is not None}
-            if image == current:
-                return None
-            new_parent = self._new_parent(rule, image)
-            items.check_size(image, ("attributes",))
-            sets = [n for n, v in write.index.items() if v is not None]
-            removes = [n for n, v in write.index.items() if v is None]
-            expression = ", ".join(f"{names[n]} = :set{i}" for i, n in enumerate(sets))
-            values |= {f":set{i}": write.index[n] for i, n in enumerate(sets)}
-            child["UpdateExpression"] = " ".join(
-                [f"SET {expression}"] * bool(sets)
-                + [f"REMOVE {', '.join(names[n] for n in removes)}"] * bool(removes)
-            )
-            entry = {"Update": child}
-            parents = indexed.moves(parent, new_parent, old)
-        if values:
-            child["ExpressionAttributeValues"] = serialize(values)
-        return entry, parents
-
-    def _new_parent(self, rule: CountRule | SumRule, image: Mapping[str, Any]) -> Key | None:
-        """The parent a moved child's image names; None when it leaves the count on purpose
-        (no index key, another status), a refusal when its index key names no parent."""
-        if rule.indexed_parent(image, self._keys) is None and indexed.leaves_deliberately(
-            rule, image
-        ):
-            return None
-        return indexed.named_parent(rule, image, self._keys, ("attributes",))
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         response = self.client.get_item(
@@ -515,19 +370,6 @@ def _still_holds(write: _Write, outcome: str, item: Mapping[str, Any] | None) ->
     if write.operation != "change" or not isinstance(write.rule, SumRule):
         return True
     return bool(item.get(write.rule.summed) == write.new)
-
-
-def _difference(new: Decimal, old: Decimal) -> Decimal:
-    with localcontext(_EXACT):
-        delta = new - old
-    try:
-        return items.number(delta, ("amount",))
-    except InvalidRequestError:
-        raise InvalidRequestError(
-            ("amount",),
-            f"changing {old} to {new} moves the total by {delta}, "
-            "more digits than DynamoDB can add in one number",
-        ) from None
 
 
 def _messages(failed: TransactionFailedError) -> list[str]:
