@@ -298,8 +298,9 @@ def test_cart_lines_named_by_their_own_sort_key_are_summed_into_the_product_acro
         writer.add_child({"PK": "BASKET#1", "SK": "SKU#zzz"}, {"qty": 1})
 
 
+@pytest.mark.parametrize("old_followee_deleted", [False, True])
 def test_a_re_parent_between_the_read_and_the_write_cannot_decrement_the_old_parent(
-    dynamodb: Any, table: str, writer: TallyWriter
+    dynamodb: Any, table: str, writer: TallyWriter, old_followee_deleted: bool
 ) -> None:
     for name in ("bob", "cat"):
         put(dynamodb, table, {**user(name), "followerCount": 0})
@@ -314,12 +315,15 @@ def test_a_re_parent_between_the_read_and_the_write_cannot_decrement_the_old_par
         if key == ann and not raced:  # another writer re-parents the edge after our read
             raced.append(True)
             other.move_child(ann, {"GSI1PK": "USER#cat"})
+            if old_followee_deleted:  # and bob's profile goes: the stale parent is missing
+                dynamodb.delete_item(TableName=table, Key=serialize(user("bob")))
         return item
 
     writer._get = stale_read  # type: ignore[method-assign]
     result = writer.remove_child(ann)
     assert (result.outcome, result.attempts) == ("removed", 2)
-    assert counter(dynamodb, table, user("bob"), "followerCount") == 0
+    if not old_followee_deleted:
+        assert counter(dynamodb, table, user("bob"), "followerCount") == 0
     assert counter(dynamodb, table, user("cat"), "followerCount") == 0
     assert counted(dynamodb, table, FOLLOWERS) == Counter()
 

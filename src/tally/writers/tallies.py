@@ -257,6 +257,8 @@ class TallyWriter:
         except Cancelled as cancelled:
             if write.keyed and (record := self.guards.taken(cancelled, len(writes))):
                 return self._replay(write, record)
+            if write.operation != "add" and rule.through is not None and cancelled.failed(0):
+                raise  # the edge moved since it was read: the parents tried may be stale
             beyond = None
             if amount is not None:
                 message = f"the parent's {rule.counter!r} would pass ±{total_limit(rule)}"
