@@ -3,6 +3,7 @@ and the fence of tally.writers.fenced)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from tally.rules import CountRule, SumRule, parse_rules
 from tally.writers import InvalidRequestError
-from tally.writers.fenced import fence
+from tally.writers.fenced import fence, fenced_writes
 from tally.writers.indexed import (
     check_index_keys,
     index_values,
@@ -203,3 +204,89 @@ def test_an_index_key_dynamodb_refused_is_named(
     messages: list[str], written: dict[str, Any], expected: str | None
 ) -> None:
     assert refused_index_key(messages, FOLLOWERS, written) == expected
+
+
+INDEX_VALUE = st.one_of(
+    st.none(), st.sampled_from(["USER#bob", "USER#cat", "FOLLOWING#1", "FOLLOWING#2", "MUTED#"])
+)
+
+
+def _contribution(image: dict[str, Any]) -> Counter[str]:
+    parent = FOLLOWERS.indexed_parent(image, KEYS)
+    return Counter({parent["PK"]: 1}) if parent is not None else Counter()
+
+
+@given(
+    stored_pk=INDEX_VALUE,
+    stored_sk=INDEX_VALUE,
+    new_pk=INDEX_VALUE,
+    new_sk=INDEX_VALUE,
+    touch=st.sets(st.sampled_from(["GSI1PK", "GSI1SK"]), min_size=1),
+)
+def test_a_move_changes_each_parent_by_what_the_new_image_names_minus_the_old(
+    stored_pk: Any, stored_sk: Any, new_pk: Any, new_sk: Any, touch: set[str]
+) -> None:
+    current: dict[str, Any] = {"PK": "USER#ann", "SK": "FOLLOWS#x"}
+    for name, value in (("GSI1PK", stored_pk), ("GSI1SK", stored_sk)):
+        if value is not None:
+            current[name] = value
+    requested = {name: {"GSI1PK": new_pk, "GSI1SK": new_sk}[name] for name in touch}
+    key = {"PK": "USER#ann", "SK": "FOLLOWS#x"}
+    image = {k: v for k, v in {**current, **requested}.items() if v is not None}
+    # Leaving the count by status or sparseness is allowed; a GSI1PK that names no USER#
+    # parent while the status counts is a mistake, refused on that field, and only then.
+    counted_status = str(image.get("GSI1SK", "")).startswith("FOLLOWING#")
+    named = image.get("GSI1PK", "USER#")
+    mistaken = image != current and counted_status and not named.startswith("USER#")
+    try:
+        planned = fenced_writes("T", KEYS, "move", key, {}, FOLLOWERS, current, None, requested)
+    except InvalidRequestError as refused:
+        assert mistaken and refused.field == ("attributes", "GSI1PK")
+        return
+    assert not mistaken
+    if planned is None:
+        assert image == current
+        return
+    entry, parents = planned
+    moved: Counter[str] = Counter()
+    for parent, delta in parents:
+        moved[parent["PK"]] += int(delta)
+    expected = _contribution(image)
+    expected.subtract(_contribution(current))
+    assert {k: v for k, v in moved.items() if v} == {k: v for k, v in expected.items() if v}
+    assert len(parents) == len({p["PK"] for p, _ in parents}) <= 2  # one update per parent
+    update = entry["Update"]
+    assert update["ConditionExpression"].startswith("attribute_exists(")
+    for name in ("GSI1PK", "GSI1SK"):  # fenced on the values read, or on their absence
+        placeholder = next(p for p, n in update["ExpressionAttributeNames"].items() if n == name)
+        if name in current:
+            assert f"{placeholder} = :index" in update["ConditionExpression"]
+        else:
+            assert f"attribute_not_exists({placeholder})" in update["ConditionExpression"]
+
+
+@given(stored_pk=INDEX_VALUE, stored_sk=INDEX_VALUE)
+def test_a_remove_decrements_exactly_the_parent_the_stored_edge_names(
+    stored_pk: Any, stored_sk: Any
+) -> None:
+    current: dict[str, Any] = {"PK": "USER#ann", "SK": "FOLLOWS#x"}
+    for name, value in (("GSI1PK", stored_pk), ("GSI1SK", stored_sk)):
+        if value is not None:
+            current[name] = value
+    planned = fenced_writes(
+        "T",
+        KEYS,
+        "remove",
+        {"PK": "USER#ann", "SK": "FOLLOWS#x"},
+        {},
+        FOLLOWERS,
+        current,
+        None,
+        None,
+    )
+    assert planned is not None
+    entry, parents = planned
+    assert "Delete" in entry
+    assert {p["PK"]: int(d) for p, d in parents} == {
+        k: -v for k, v in _contribution(current).items()
+    }

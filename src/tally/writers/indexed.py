@@ -120,7 +120,8 @@ def no_parent(
 def leaves_deliberately(rule: CountRule | SumRule, item: Mapping[str, Any]) -> bool:
     """Whether an item that names no parent does so on purpose: no index partition key (it
     left the sparse index) or a status outside the counted prefix. An index partition key
-    naming no parent of the rule's is a mistake, refused."""
+    naming no parent of the rule's, under a counted status (or with no prefix), is a
+    mistake, refused."""
     index = through(rule)
     named = item.get(index.partition_key)
     if named is None:
