@@ -107,9 +107,11 @@ def table(dynamodb: Any) -> Iterator[str]:
     over the table's own keys)."""
     name = f"tally-indexed-{uuid.uuid4().hex[:12]}"
     kwargs = rules_table_kwargs(RULES, name)
-    kwargs["AttributeDefinitions"] += [
-        {"AttributeName": a, "AttributeType": "S"} for a in ("GSI1PK", "GSI1SK", "GSI2PK", "GSI2SK")
-    ]
+    # The indexes by hand, whether or not rules_table_kwargs builds the rules' own.
+    defined = {d["AttributeName"]: d for d in kwargs["AttributeDefinitions"]}
+    for attribute in ("GSI1PK", "GSI1SK", "GSI2PK", "GSI2SK"):
+        defined.setdefault(attribute, {"AttributeName": attribute, "AttributeType": "S"})
+    kwargs["AttributeDefinitions"] = list(defined.values())
     inverted = {
         "IndexName": "Inverted",
         "KeySchema": [
