@@ -479,6 +479,40 @@ def test_threads_following_unfollowing_and_re_parenting_keep_every_followee_exac
         assert counter(dynamodb, table, user(name), "followerCount") == truth[f"USER#{name}"]
 
 
+def test_threads_adding_changing_and_moving_cart_lines_keep_every_product_total_exact(
+    dynamodb: Any, table: str, writer: TallyWriter
+) -> None:
+    products = ["PRODUCT#a", "PRODUCT#b"]
+    for product in products:
+        put(dynamodb, table, {"PK": product, "SK": "TOTAL", "quantity": 0, "rev": 0})
+
+    def session(thread: int) -> Counter[str]:
+        rng = random.Random(f"cart-{thread}")
+        outcomes: Counter[str] = Counter()
+        for _ in range(25):
+            line = {"PK": f"CART#{rng.randrange(3)}", "SK": f"LINE#{rng.randrange(2)}"}
+            step = rng.random()
+            units = Decimal(rng.randrange(1, 500)) / 100
+            if step < 0.35:
+                index = {"GSI2PK": rng.choice(products), "GSI2SK": line["PK"]}
+                result = writer.add_child(line, {**index, "units": units})
+            elif step < 0.6:
+                result = writer.change_amount(line, units)
+            elif step < 0.85:
+                result = writer.move_child(line, {"GSI2PK": rng.choice(products)})
+            else:
+                result = writer.remove_child(line)
+            outcomes[result.outcome] += 1
+        return outcomes
+
+    totals = sum(in_threads(session, 8), Counter())
+    assert totals["created"] and totals["changed"] and totals["removed"]
+    truth = counted(dynamodb, table, TOTALS)
+    for product in products:
+        total = counter(dynamodb, table, {"PK": product, "SK": "TOTAL"}, "quantity")
+        assert total == truth[product]
+
+
 def test_follows_with_lost_responses_count_each_edge_once(
     dynamodb: Any, dynamodb_endpoint: str, table: str
 ) -> None:
