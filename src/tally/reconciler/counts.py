@@ -28,7 +28,7 @@ from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.reporter import Reporter
-from tally.reconciler.scheduling import Scheduler
+from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED, Scheduler
 from tally.reconciler.second_looks import SecondLooks, observation
 from tally.reconciler.stats import StatsBook
 from tally.rules import CountRule, Key, SumRule
@@ -118,7 +118,7 @@ class Counts:
         ):
             # Every child went away and nothing else moved: a deletion that takes the
             # children first and the parent next (a BatchWriteItem is no transaction).
-            self._looks.look_again(rule, key, finding, "emptied: waiting for a cascade")
+            self._looks.look_again(rule, key, finding, EMPTIED)
             return
         if self.repair(rule, key, snapshot, finding):
             return
@@ -316,9 +316,13 @@ class Counts:
         if snapshot is not None and state != reference:
             finding = self.finding_of(rule, key, snapshot, None)
             if finding is None or finding.kind != "orphans":
-                seen = None if finding is None else observation(finding)
-                reason = "children found through an index: the parent moved"
-                self._scheduler.schedule(rule, key, 0, reason, seen, delay=grace, reference=state)
+                seen = None
+                if finding is not None:
+                    self._reporter.unconfirmed(finding)
+                    seen = observation(finding)
+                self._scheduler.schedule(
+                    rule, key, 0, INDEX_MOVED, seen, delay=grace, reference=state
+                )
                 return
         finding = self._judged(rule, key, snapshot, None, None)
         if snapshot is None or finding is None:
@@ -329,15 +333,15 @@ class Counts:
         seen = observation(finding)
         if not lifecycle.held(observed, seen):
             self._reporter.unconfirmed(finding)
-            reason = "children found through an index: confirming a grace later"
-            self._scheduler.schedule(rule, key, 0, reason, seen, delay=grace, reference=state)
+            self._scheduler.schedule(
+                rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
+            )
             return
         held = f"the same counter and truth through index {rule.through.index!r} {grace} s apart"
         finding = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: look again, from what is there then.
-            reason = "children found through an index: the parent moved"
-            self._scheduler.schedule(rule, key, 0, reason, delay=grace)
+            self._scheduler.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
 
     def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> None:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""
