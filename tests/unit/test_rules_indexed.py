@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -54,6 +55,8 @@ def test_the_parent_is_named_by_the_index_key_in_the_image() -> None:
         {"GSI1PK": "USER#bob", "GSI1SK": "BLOCKED#1"},  # another status
         {"GSI1PK": "TEAM#x", "GSI1SK": "FOLLOWING#1"},  # no parent of this rule's
         {"GSI1PK": 7, "GSI1SK": "FOLLOWING#1"},
+        {"GSI1PK": Decimal(7), "GSI1SK": "FOLLOWING#1"},  # a number: no S index holds it
+        {"GSI1PK": "", "GSI1SK": "FOLLOWING#1"},
     ],
 )
 def test_an_image_without_the_counted_index_key_is_no_child(image: dict[str, Any]) -> None:

@@ -216,8 +216,13 @@ class _TallyRule(_RuleBase):
         """
         through = self.through
         assert through is not None
-        named = key_text(image.get(through.partition_key))
-        if not isinstance(named, str) or not named:
+        value = image.get(through.partition_key)
+        # The index key holds the parent's partition key value, of the same type: a value of
+        # another type is one the index cannot hold (DynamoDB refuses the write).
+        if not isinstance(value, Decimal if keys.numeric(keys.partition_key) else str):
+            return None
+        named = key_text(value)
+        if not named:
             return None
         if through.sort_prefix is not None:
             status = image.get(through.sort_key or "")
