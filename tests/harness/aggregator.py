@@ -31,23 +31,29 @@ class Aggregator:
     counter: str
     summed: str | None = None  # None: a count (+1 per insert, -1 per removal)
     updates: int = field(default=0)
+    # The key attributes, and which one names the parent: a cart's total is keyed by the
+    # line's partition key; a product's total across carts (the sample's own shape, pk/sk)
+    # by the line's sort key.
+    partition_key: str = "PK"
+    sort_key: str = "SK"
+    parent_named_by: str = "PK"
 
     def handler(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         deltas: defaultdict[str, Decimal] = defaultdict(Decimal)
         for record in event["Records"]:
             stream = record["dynamodb"]
             keys = {name: _de.deserialize(value) for name, value in stream["Keys"].items()}
-            if not str(keys["SK"]).startswith(self.children):
+            if not str(keys[self.sort_key]).startswith(self.children):
                 continue
             new = self._amount(stream.get("NewImage"))
             old = self._amount(stream.get("OldImage"))
-            deltas[keys["PK"]] += new - old
+            deltas[keys[self.parent_named_by]] += new - old
         for pk, delta in deltas.items():
             if delta == 0:
                 continue
             self.dynamodb.update_item(
                 TableName=self.table,
-                Key={"PK": {"S": pk}, "SK": {"S": self.parent_sk}},
+                Key={self.partition_key: {"S": pk}, self.sort_key: {"S": self.parent_sk}},
                 UpdateExpression="ADD #counter :delta",
                 ExpressionAttributeNames={"#counter": self.counter},
                 ExpressionAttributeValues={":delta": {"N": str(delta)}},
