@@ -187,7 +187,11 @@ class Counts:
             if attempt:
                 time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
             before = first if first and not attempt else self._table.read_parent(rule, key)
-            tally = self._table.tally_children(rule, key, before.counter)
+            tally = (
+                self._table.tally_children(rule, key)
+                if rule.through is None
+                else self._table.tally_indexed(rule, key, before.counter)
+            )
             after = self._table.read_parent(rule, key)
             if not before.same_as(after):
                 agreed = None

@@ -38,14 +38,12 @@ class ParentReads(TableAccess):
             revision = NULL  # a NULL revision is no absent one: no repair can bump it
         return ParentState(True, item.get(rule.counter, ABSENT), revision)
 
-    def tally_children(
-        self, rule: CountRule | SumRule, parent_key: Key, counter: Any = ABSENT
-    ) -> Tally:
-        """Count or sum the children with paginated consistent queries (through an index:
-        see ``_tally_indexed``; ``counter``: what the parent holds)."""
-        self.reads.recounted()
+    def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
+        """Count or sum the children with paginated consistent queries (children found
+        through an index: ``tally_indexed``)."""
         if rule.through is not None:
-            return self._tally_indexed(rule, parent_key, counter)
+            return self.tally_indexed(rule, parent_key, ABSENT)
+        self.reads.recounted()
         request = self._children_request(rule, parent_key)
         names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
         if isinstance(rule, SumRule):
@@ -74,7 +72,7 @@ class ParentReads(TableAccess):
                 unreadable.append((self.rules.key_of(item), amount))
         return Tally(total, children, tuple(unreadable))
 
-    def _tally_indexed(self, rule: CountRule | SumRule, parent_key: Key, counter: Any) -> Tally:
+    def tally_indexed(self, rule: CountRule | SumRule, parent_key: Key, counter: Any) -> Tally:
         """Count or sum the children found through the rule's index.
 
         The index is eventually consistent: an entry may be stale (the child since deleted,
@@ -84,6 +82,7 @@ class ParentReads(TableAccess):
         count. A child the index does not show yet is not found here: the caller looks only a
         grace after the parent's last change, and judges on two agreeing looks.
         """
+        self.reads.recounted()
         through = rule.through
         assert through is not None
         status = through.sort_key if through.sort_prefix is not None else None
