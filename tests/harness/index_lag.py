@@ -156,6 +156,7 @@ class LaggingIndex:
         )
         self.applied = 0
         self.redirected = 0
+        self.max_late = 0.0  # how long after its due time a change was applied, at most
         self._lock = threading.Lock()
         self._clients: list[Any] = []
         self._stop = threading.Event()
@@ -176,8 +177,11 @@ class LaggingIndex:
     def apply_due(self, now: float | None = None) -> int:
         """Write the changes due by ``now`` into the shadow table; returns how many."""
         with self._lock:
-            ready = self.schedule.due(self.clock() if now is None else now)
+            at = self.clock() if now is None else now
+            ready = self.schedule.due(at)
             self._write(ready)
+            if ready:
+                self.max_late = max(self.max_late, at - ready[0].due)
             return len(ready)
 
     def catch_up(self) -> int:

@@ -71,7 +71,7 @@ from tests.harness.index_application import (
 )
 from tests.harness.index_lag import LaggingIndex, StreamTap
 from tests.harness.live import Alert, Subscriber, format_latency, latency_table, watched_schedule
-from tests.utils import deserialize, lambda_context, serialize
+from tests.utils import TTL_IDENTITY, deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "index_rules.toml"
 GSI1, BY_PRODUCT = "GSI1", "ByProduct"
@@ -324,7 +324,7 @@ class ReconcilerCalls:
         self.client, self.tables = client, {table, shadow}
         self.table = table
         self.reads = ReadUnits()
-        self.writes: list[tuple[str, str, str]] = []  # (operation, pk, sk)
+        self.writes: list[tuple[float, str, str, str]] = []  # (time, operation, pk, sk)
         self._lock = threading.Lock()
         client.meta.events.register("before-parameter-build.dynamodb", self._before)
         client.meta.events.register("after-call.dynamodb", self._after)
@@ -353,8 +353,10 @@ class ReconcilerCalls:
                             rule_of(operation, params), operation, entry["CapacityUnits"]
                         )
             elif operation in WRITES:
+                at = time.time()
                 self.writes += [
-                    (operation, pk, sk) for pk, sk in written_keys(operation, params, self.table)
+                    (at, operation, pk, sk)
+                    for pk, sk in written_keys(operation, params, self.table)
                 ]
 
 
@@ -423,9 +425,10 @@ class LiveIndexRun:
         self.calls = ReconcilerCalls(client, stack.table, self.index.shadow)
         settings = MappingSettings.from_template(load_template(template_path()), parallelization=1)
         failures = stack.sqs.create_queue(QueueName=f"failures-{uuid.uuid4().hex[:8]}")
+        self.expired: set[tuple[str, str]] = set()  # cart lines TTL removes during the run
         self.pump = Pump(
             stack.reader,
-            lambda event: reconciler_handler.handler(event, lambda_context()),
+            lambda event: reconciler_handler.handler(self.mark_ttl(event), lambda_context()),
             lambda event: recheck_handler.handler(event, lambda_context()),
             stack.sqs,
             stack.recheck_queue,
@@ -489,17 +492,29 @@ class LiveIndexRun:
             "lag": self.index.schedule.lag,
             "jitter": self.index.schedule.jitter,
             "changes_applied": self.index.applied,
+            "max_applied_late": round(self.index.max_late, 3),
             "queries_redirected": self.index.redirected,
             "aggregator_batches": self.aggregator.batches,
         }
         outcome.seconds = time.monotonic() - started
         return outcome
 
+    def mark_ttl(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A removal of an expired cart line is TTL's, as DynamoDB marks it (DynamoDB Local
+        neither expires items nor marks records: the injector deletes them, this marks)."""
+        for record in event["Records"]:
+            keys = deserialize(record["dynamodb"]["Keys"])
+            if record["eventName"] == "REMOVE" and (keys["pk"], keys["sk"]) in self.expired:
+                record["userIdentity"] = dict(TTL_IDENTITY)
+        return event
+
     # --- set-up -----------------------------------------------------------------------
 
     def setup(self) -> None:
         """Every followee followed once by a seed follower of its own (the injector deletes
-        some of those edges); every product in two seed carts; counters in step."""
+        some of those edges); every product in three seed carts, the third one expired (TTL
+        removes its lines during the run: the aggregator subtracts them, no fault); counters
+        in step."""
         puts: list[dict[str, Any]] = []
         for followee in FOLLOWEES:
             puts.append({"pk": followee, "sk": PROFILE, "followerCount": 1, "rev": 0})
@@ -512,12 +527,21 @@ class LiveIndexRun:
                 }
             )
         for n, product in enumerate(PRODUCTS):
-            quantities = [1 + n % 3, 2]
+            quantities = [1 + n % 3, 2, 1]
             puts.append({"pk": product, "sk": TOTAL, "quantity": sum(quantities)})
             puts += [
                 {"pk": f"cart#seed-{c}", "sk": product, "quantity": q}
-                for c, q in enumerate(quantities)
+                for c, q in enumerate(quantities[:2])
             ]
+            puts.append(
+                {
+                    "pk": "cart#seed-expired",
+                    "sk": product,
+                    "quantity": quantities[2],
+                    "expirationTime": int(time.time()) - 60,
+                }
+            )
+            self.expired.add(("cart#seed-expired", product))
         self.batch(puts)
 
     def batch(self, items: list[dict[str, Any]]) -> None:
@@ -579,6 +603,9 @@ class LiveIndexRun:
                     Key=serialize({"pk": f"USER#seed-{followee[5:]}", "sk": "FOLLOWS#0"}),
                 )
                 self.faulted(followee, "count/delete-without-decrement")
+            if n == 2:  # TTL's sweep of the expired cart
+                for pk, sk in sorted(self.expired):
+                    db.delete_item(TableName=table, Key=serialize({"pk": pk, "sk": sk}))
             if n == 3:
                 self.aggregator.redeliver(1)
             if n == 5:  # a rogue product total
@@ -646,11 +673,12 @@ class LiveIndexRun:
             total = items.get((product, TOTAL), {}).get("quantity")
             if product not in broken and total != totals[product]:
                 lost.append(f"{product} total {total}, lines {totals[product]}")
-        justified = {(f.pk, PROFILE) for f in faults if f.kind.startswith("count/")}
+        # Only a broken followee's profile may be written, and only after it was broken.
+        repairable = {f.pk for f in faults if f.kind.startswith("count/")}
         outcome.harmful_writes = [
             f"{operation} {pk}/{sk}"
-            for operation, pk, sk in self.calls.writes
-            if (pk, sk) not in justified
+            for at, operation, pk, sk in self.calls.writes
+            if not (sk == PROFILE and pk in repairable and at >= first_fault[pk])
         ]
         outcome.cost = self.cost(acknowledged)
         return outcome
