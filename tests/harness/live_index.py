@@ -73,7 +73,7 @@ from tests.harness.index_lag import LaggingIndex, StreamTap
 from tests.harness.live import Alert, Subscriber, format_latency, latency_table, watched_schedule
 from tests.utils import TTL_IDENTITY, deserialize, lambda_context, serialize
 
-RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "index_rules.toml"
+RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "live_index_rules.toml"
 GSI1, BY_PRODUCT = "GSI1", "ByProduct"
 READS = ("GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems")
 WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
@@ -751,7 +751,7 @@ def median_max(values: list[float]) -> tuple[float, float]:
 @contextlib.contextmanager
 def index_stack(dynamodb_endpoint: str, moto_endpoint: str) -> Iterator[Any]:
     """A fresh stack for the scenario (its table, the audit table, topic and queues, the
-    handlers' environment pointing at them and at index_rules.toml), inside or outside
+    handlers' environment pointing at them and at live_index_rules.toml), inside or outside
     pytest; the environment and the handlers' cached clients are restored after."""
     from tally.core.settings import settings
     from tests.integration.conftest import Stack

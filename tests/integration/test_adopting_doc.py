@@ -31,7 +31,7 @@ def test_every_block_runs_or_says_why_not() -> None:
     ups = [c.text for b in walks for c in commands(b) if c.text.startswith("tally local up")]
     loads = [c.text for b in walks for c in commands(b) if c.text.startswith("tally examples")]
     downs = [c.text for b in walks for c in commands(b) if c.text == "tally local down"]
-    assert len(ups) == len(downs) == 3 and len(loads) == 6, (ups, loads, downs)
+    assert len(ups) == len(downs) == 4 and len(loads) == 7, (ups, loads, downs)
 
 
 def test_the_walk_throughs_run_as_written(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from tally.cli import app as cli
 from tally.cli import targets
 from tally.core.dynamodb import serialize
 from tally.local.stack import LocalStack
+from tally.local.template import create_table_from, create_table_kwargs, load_template
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.rules.stream_filter import filter_json
 
@@ -192,3 +193,43 @@ def test_rules_check_draws_its_table_like_the_audit(
         "number",
     ]
     assert any(line.strip().startswith("─") for line in lines)  # rich's SIMPLE box, as the audit
+
+
+def test_rules_check_on_a_table_whose_children_are_found_through_an_index(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The followers example on its own template's table: edges counted as GSI1 counts them."""
+    for name in [n for n in os.environ if n.startswith("AWS_ENDPOINT_URL")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    followers = EXAMPLES / "followers"
+    template = load_template(followers / "template.yaml")
+    with mock_aws():
+        client = boto3.client("dynamodb")
+        create_table_from(client, create_table_kwargs(template, "FollowersTable", "Graph"), None)
+        items = [
+            {"PK": "USER#bob", "SK": "PROFILE", "followerCount": 1, "rev": 1},
+            {"PK": "USER#ann", "SK": "PROFILE", "followerCount": 0, "rev": 0},
+            {"PK": "USER#ann", "SK": "FOLLOWS#USER#bob"}
+            | {"GSI1PK": "USER#bob", "GSI1SK": "FOLLOWING#2026-11-26"},
+            {"PK": "USER#bob", "SK": "FOLLOWS#USER#ann"}
+            | {"GSI1PK": "USER#ann", "GSI1SK": "BLOCKED#2026-11-26"},
+        ]
+        for item in items:
+            client.put_item(TableName="Graph", Item=serialize(item))
+        monkeypatch.setenv("TABLE_NAME", "Graph")
+        rules = str(followers / "rules.toml")
+        code, out, err = run(capsys, "rules", "check", "--rules", rules)
+        assert (code, err) == (0, "")
+        row = next(line for line in out.splitlines() if line.strip().startswith("followers"))
+        assert row.split() == ["followers", "count", "2", "1", "0", "0"]
+        assert "followers: 1 sampled items keyed like its children name no parent" in out
+        assert out.rstrip().endswith("no flags")
+        code, out, _ = run(capsys, "rules", "check", "--rules", rules, "--json")
+        assert json.loads(out)["rules"]["followers"] == {
+            "parents": 2,
+            "children_or_members": 1,
+            "not_counted": 1,
+        }

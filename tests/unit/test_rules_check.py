@@ -159,3 +159,91 @@ def test_the_sample_is_limited(ddb: Any) -> None:
     for n in range(30):
         put(ddb, PK=f"POST#{n}", SK="META", likeTally=0)
     assert run(ddb, limit=7).sampled == 7
+
+
+FOLLOWERS = {
+    "name": "followers",
+    "kind": "count",
+    "parent": {"PK": "USER#*", "SK": "PROFILE"},
+    "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
+    "counter": "followerCount",
+    "through": {
+        "index": "GSI1",
+        "partition_key": "GSI1PK",
+        "sort_key": "GSI1SK",
+        "sort_prefix": "FOLLOWING#",
+    },
+}
+
+
+def follow(ddb: Any, follower: str, followee: str, status: str = "FOLLOWING") -> None:
+    put(
+        ddb,
+        PK=f"USER#{follower}",
+        SK=f"FOLLOWS#USER#{followee}",
+        GSI1PK=f"USER#{followee}",
+        GSI1SK=f"{status}#2026-11-26",
+    )
+
+
+@pytest.fixture
+def graph(ddb: Any) -> Any:
+    ddb.delete_table(TableName="social")
+    keys = [("PK", "HASH"), ("SK", "RANGE")]
+    gsi = [("GSI1PK", "HASH"), ("GSI1SK", "RANGE")]
+    create_table_from(
+        ddb,
+        {
+            "TableName": "social",
+            "AttributeDefinitions": [
+                {"AttributeName": n, "AttributeType": "S"} for n, _ in keys + gsi
+            ],
+            "KeySchema": [{"AttributeName": n, "KeyType": k} for n, k in keys],
+            "GlobalSecondaryIndexes": [
+                {
+                    "IndexName": "GSI1",
+                    "KeySchema": [{"AttributeName": n, "KeyType": k} for n, k in gsi],
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
+                }
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+            "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+        },
+        None,
+    )
+    return ddb
+
+
+def test_children_found_through_an_index_are_those_whose_index_key_names_a_parent(
+    graph: Any,
+) -> None:
+    put(graph, PK="USER#ann", SK="PROFILE", followerCount=1)
+    put(graph, PK="USER#bob", SK="PROFILE", followerCount=0)
+    follow(graph, "ann", "bob")
+    follow(graph, "cy", "bob")
+    follow(graph, "bob", "ann", status="BLOCKED")  # an edge, not a follower
+    put(graph, PK="USER#ann", SK="FOLLOWS#USER#dee")  # no index key: not in the index
+    put(graph, PK="USER#ann", SK="POST#1")  # beside a profile, no child of its
+    report = run(graph, parse_rules({"rules": [FOLLOWERS]}))
+    assert report.as_json()["rules"] == {
+        "followers": {"parents": 2, "children_or_members": 2, "not_counted": 2}
+    }
+    # The edges sit in the followers' collections, not the followee's: nothing there is a
+    # stray of the rule's.
+    assert report.flags == [] and report.strays == []
+    assert report.unrelated == 1
+    assert (
+        "followers: 2 sampled items keyed like its children name no parent through GSI1 "
+        "(no GSI1PK, or GSI1SK not FOLLOWING#...): not counted"
+    ) in report.text()
+
+
+def test_a_missing_index_stops_no_check_of_the_items(graph: Any) -> None:
+    through = dict(FOLLOWERS["through"]) | {"index": "ByFollowee"}  # type: ignore[arg-type]
+    put(graph, PK="USER#bob", SK="PROFILE", followerCount=1)
+    follow(graph, "ann", "bob")
+    report = run(graph, parse_rules({"rules": [FOLLOWERS | {"through": through}]}))
+    assert report.flags == [
+        "rule 'followers' field 'through.index': table social has no index 'ByFollowee'"
+    ]
+    assert report.as_json()["rules"]["followers"]["children_or_members"] == 1

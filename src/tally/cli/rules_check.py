@@ -5,6 +5,9 @@ items (a Scan with a limit) is classified, so the author sees how many parents a
 or members each rule finds, and is shown what a wrong rule looks like on real data: parents
 whose counter is missing or not a number, members numbered at another width than the rule
 writes, and items that sit in a counted item collection but that no rule counts.
+Children found through an index (``through``) are counted as the index counts them: the
+items keyed like them whose index key names one of the rule's parents; the others (no index
+key, another status) are reported, never flagged: a sparse index leaves them out by design.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from boto3.dynamodb.types import Binary
 from tally.reconciler.findings import shown
 from tally.rules import (
     AttributeMembers,
+    CountRule,
     IndexMembers,
     Key,
     RuleSet,
@@ -43,6 +47,9 @@ class RuleView:
     # The key and what the counter holds, by type and size: a value may be personal data.
     invalid: list[tuple[Key, str]] = field(default_factory=list)
     odd_width: list[Key] = field(default_factory=list)
+    # Children found through an index: the items keyed like them that name no parent there.
+    through: str | None = None
+    not_counted: int = 0
 
 
 @dataclass
@@ -103,6 +110,12 @@ class CheckReport:
 
     def footing(self) -> list[str]:
         lines = [f"{self.unrelated} sampled items belong to no rule's item collection"]
+        lines += [
+            f"{v.name}: {v.not_counted} sampled items keyed like its children name no parent "
+            f"through {v.through}: not counted"
+            for v in self.rules
+            if v.through is not None and v.not_counted
+        ]
         return lines + ([f"flag: {flag}" for flag in self.flags] or ["no flags"])
 
     def as_json(self) -> dict[str, Any]:
@@ -110,7 +123,9 @@ class CheckReport:
             "table": self.table,
             "sampled": self.sampled,
             "rules": {
-                v.name: {"parents": v.parents, "children_or_members": v.claimed} for v in self.rules
+                v.name: {"parents": v.parents, "children_or_members": v.claimed}
+                | ({"not_counted": v.not_counted} if v.through is not None else {})
+                for v in self.rules
             },
             "unrelated": self.unrelated,
             "flags": self.flags,
@@ -125,7 +140,7 @@ def check(rules: RuleSet, client: Any, table_name: str, limit: int) -> CheckRepo
         return report  # keys named otherwise: no sampled item could classify
     items = sample(client, table_name, limit)
     report.sampled = len(items)
-    views = {rule.name: RuleView(rule.name, rule.kind) for rule in rules}
+    views = {rule.name: RuleView(rule.name, rule.kind, through=_through(rule)) for rule in rules}
     report.rules = list(views.values())
     counted: dict[Any, str] = {}  # partition key -> a rule counting in that collection
     unclaimed = []
@@ -137,7 +152,15 @@ def check(rules: RuleSet, client: Any, table_name: str, limit: int) -> CheckRepo
             continue
         for match in matches:
             view, rule = views[match.rule.name], match.rule
-            counted.setdefault(key[rules.table.partition_key], rule.name)
+            if match.role == "indexed":
+                assert isinstance(rule, CountRule | SumRule)
+                if rule.indexed_parent(item, rules.table) is None:
+                    view.not_counted += 1
+                else:
+                    view.claimed += 1
+                continue
+            if view.through is None:  # its children sit in the parent's collection
+                counted.setdefault(key[rules.table.partition_key], rule.name)
             if match.role != "parent":
                 view.claimed += 1
                 if _odd_width(rules, rule, key):
@@ -151,6 +174,15 @@ def check(rules: RuleSet, client: Any, table_name: str, limit: int) -> CheckRepo
                 view.invalid.append((key, _held(value)))
     report.strays, report.unrelated = _strays(rules, counted, unclaimed)
     return report
+
+
+def _through(rule: Any) -> str | None:
+    """How a rule's children are found through an index, as the report names it."""
+    through = rule.through if isinstance(rule, CountRule | SumRule) else None
+    if through is None:
+        return None
+    status = f", or {through.sort_key} not {through.sort_prefix}..." if through.sort_prefix else ""
+    return f"{through.index} (no {through.partition_key}{status})"
 
 
 def _counter(rule: Any, value: Any) -> bool:

@@ -3,7 +3,8 @@
 fault each walk-through catches.
 
 The writers are the seed articles' code (seed 004's likes, seed 001's orders, seed 002's
-numbered issues), as the tests run them too. The data is the same on every run (seeded), so
+numbered issues) and a social graph's follow, unfollow and block transactions, as the tests
+run them too. The data is the same on every run (seeded), so
 the walk-throughs' outputs can be shown as they come.
 """
 
@@ -124,6 +125,96 @@ def open_issue(client: Any, table: str, project: str) -> int:
     return number
 
 
+# --- followers: an edge in the follower's collection, the count on the followee's profile ------
+
+
+def create_profile(client: Any, table: str, user: str) -> None:
+    item = {
+        "PK": {"S": f"USER#{user}"},
+        "SK": {"S": "PROFILE"},
+        "followerCount": {"N": "0"},
+        "rev": {"N": "0"},
+    }
+    client.put_item(TableName=table, Item=item)
+
+
+def _edge_key(follower: str, followee: str) -> dict[str, Any]:
+    return {"PK": {"S": f"USER#{follower}"}, "SK": {"S": f"FOLLOWS#{followee}"}}
+
+
+def _count(table: str, followee: str, delta: int) -> dict[str, Any]:
+    """The followee's followerCount moved by ``delta``, its revision by one."""
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": {"PK": {"S": f"USER#{followee}"}, "SK": {"S": "PROFILE"}},
+            "UpdateExpression": "ADD followerCount :delta, rev :one",
+            "ConditionExpression": "attribute_exists(PK)",
+            "ExpressionAttributeValues": {":delta": {"N": str(delta)}, ":one": {"N": "1"}},
+        }
+    }
+
+
+def follow(client: Any, table: str, follower: str, followee: str, day: str) -> None:
+    """The edge, listed under the followee in GSI1, and the followee's count: one transaction,
+    the edge only once."""
+    edge = _edge_key(follower, followee) | {
+        "GSI1PK": {"S": f"USER#{followee}"},
+        "GSI1SK": {"S": f"FOLLOWING#{day}"},
+    }
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Put": {
+                    "TableName": table,
+                    "Item": edge,
+                    "ConditionExpression": "attribute_not_exists(PK)",
+                }
+            },
+            _count(table, followee, 1),
+        ]
+    )
+
+
+_FOLLOWING = {":following": {"S": "FOLLOWING#"}}
+
+
+def unfollow(client: Any, table: str, follower: str, followee: str) -> None:
+    """The edge deleted and the count lowered, only while the edge still counts."""
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Delete": {
+                    "TableName": table,
+                    "Key": _edge_key(follower, followee),
+                    "ConditionExpression": "begins_with(GSI1SK, :following)",
+                    "ExpressionAttributeValues": _FOLLOWING,
+                }
+            },
+            _count(table, followee, -1),
+        ]
+    )
+
+
+def block(client: Any, table: str, follower: str, followee: str, day: str) -> None:
+    """The followee blocks a follower: the edge stays, its status leaves FOLLOWING#, and the
+    count drops with it."""
+    client.transact_write_items(
+        TransactItems=[
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": _edge_key(follower, followee),
+                    "UpdateExpression": "SET GSI1SK = :blocked",
+                    "ConditionExpression": "begins_with(GSI1SK, :following)",
+                    "ExpressionAttributeValues": _FOLLOWING | {":blocked": {"S": f"BLOCKED#{day}"}},
+                }
+            },
+            _count(table, followee, -1),
+        ]
+    )
+
+
 # --- the examples: correct traffic, then the fault each walk-through catches ------------------
 
 
@@ -145,6 +236,43 @@ def _social_fault(client: Any, table: str) -> str:
         TableName=table, Item={"PK": {"S": "POST#0003"}, "SK": {"S": "LIKE#USER#import"}}
     )
     return "a batch import put a like in POST#0003 without its count"
+
+
+def _followers(client: Any, table: str) -> int:
+    rng = random.Random(6)
+    users = [f"u{n:02d}" for n in range(30)]
+    for user in users:
+        create_profile(client, table, user)
+    edges = []
+    for day, follower in enumerate(users, start=1):
+        for followee in rng.sample([u for u in users if u != follower], rng.randrange(0, 8)):
+            follow(client, table, follower, followee, f"2026-11-{day:02d}")
+            edges.append((follower, followee))
+    for follower, followee in rng.sample(edges, 12):
+        if rng.random() < 0.5:
+            unfollow(client, table, follower, followee)
+            edges.remove((follower, followee))
+        else:
+            block(client, table, follower, followee, "2026-11-30")
+    return len(users) + len(edges)  # profiles and the edges still there
+
+
+def _followers_fault(client: Any, table: str) -> str:
+    (edge,) = client.query(
+        TableName=table,
+        IndexName="GSI1",
+        KeyConditionExpression="GSI1PK = :followee AND begins_with(GSI1SK, :following)",
+        ExpressionAttributeValues={":followee": {"S": "USER#u07"}} | _FOLLOWING,
+        Limit=1,
+    )["Items"]
+    client.update_item(
+        TableName=table,
+        Key={"PK": edge["PK"], "SK": edge["SK"]},
+        UpdateExpression="SET GSI1SK = :blocked",
+        ExpressionAttributeValues={":blocked": {"S": "BLOCKED#2026-12-01"}},
+    )
+    follower = edge["PK"]["S"].removeprefix("USER#")
+    return f"a moderation job blocked {follower}'s follow of u07, followerCount left as it was"
 
 
 def _orders(client: Any, table: str) -> int:
@@ -203,6 +331,13 @@ EXAMPLES = {
     for e in (
         Example(
             "social", "SocialTable", "seed 004: 40 posts and their likes", _social, _social_fault
+        ),
+        Example(
+            "followers",
+            "FollowersTable",
+            "30 users, who follows whom",
+            _followers,
+            _followers_fault,
         ),
         Example(
             "orders",

@@ -275,7 +275,7 @@ def counted_table(
             ) from exc
         table = CountedTable(kwargs, ttl, f"{path}#{table_id}")
     else:
-        table = CountedTable(rules_table_kwargs(rules, TABLE), None, "rules")
+        table = CountedTable(rules_table_kwargs(rules, TABLE), rules.table.ttl_attribute, "rules")
     problems = schema_problems(rules, replace(TableShape.of(table.kwargs), name=table.source))
     if problems:
         raise LocalStackError(

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tally.rules import IndexMembers, RuleSet, SequenceRule
+from tally.rules import CountRule, IndexMembers, RuleSet, SequenceRule, SumRule, TableKeys
 from tally.rules.live_table import STREAM_VIEW
 
 TEMPLATE_FILE = "template.yaml"
@@ -243,13 +243,14 @@ def time_to_live_attribute(template: dict[str, Any], logical_id: str) -> str | N
 
 def rules_table_kwargs(rules: RuleSet, table_name: str) -> dict[str, Any]:
     """create_table kwargs for the table the rules describe: its keys, the indexes its
-    index-layout sequences read, and the stream the reconciler needs."""
+    index-layout sequences and its ``through`` rules read, and the stream the reconciler
+    needs."""
     keys = rules.table
-    types = {name: keys.type_of(name) for name in keys.names}
+    types: dict[str, str] = {name: keys.type_of(name) for name in keys.names}
     schema = [{"AttributeName": keys.partition_key, "KeyType": "HASH"}]
     if keys.sort_key is not None:
         schema.append({"AttributeName": keys.sort_key, "KeyType": "RANGE"})
-    indexes = {}
+    indexes: dict[str, dict[str, Any]] = {}
     for rule in rules:
         if isinstance(rule, SequenceRule) and isinstance(rule.members, IndexMembers):
             members = rule.members
@@ -262,6 +263,8 @@ def rules_table_kwargs(rules: RuleSet, table_name: str) -> dict[str, Any]:
                 ],
                 "Projection": {"ProjectionType": "KEYS_ONLY"},
             }
+        elif isinstance(rule, CountRule | SumRule) and rule.through is not None:
+            _through_index(rule, keys, types, indexes)
     kwargs: dict[str, Any] = {
         "TableName": table_name,
         "AttributeDefinitions": [
@@ -274,6 +277,39 @@ def rules_table_kwargs(rules: RuleSet, table_name: str) -> dict[str, Any]:
     if indexes:
         kwargs["GlobalSecondaryIndexes"] = list(indexes.values())
     return kwargs
+
+
+def _through_index(
+    rule: CountRule | SumRule,
+    keys: TableKeys,
+    types: dict[str, str],
+    indexes: dict[str, dict[str, Any]],
+) -> None:
+    """The GSI a ``through`` rule reads: its partition key holds the parent's partition key
+    value (typed as the table's), its sort key (if named) a string; a count needs only the
+    keys, a sum its ``summed`` attribute too. Rules sharing an index share its projection."""
+    through = rule.through
+    assert through is not None
+    # An index key that is a table key keeps the table's type (an inverted index).
+    types.setdefault(through.partition_key, keys.partition_key_type)
+    schema = [{"AttributeName": through.partition_key, "KeyType": "HASH"}]
+    if through.sort_key is not None:
+        types.setdefault(through.sort_key, "S")
+        schema.append({"AttributeName": through.sort_key, "KeyType": "RANGE"})
+    index = indexes.setdefault(
+        through.index,
+        {
+            "IndexName": through.index,
+            "KeySchema": schema,
+            "Projection": {"ProjectionType": "KEYS_ONLY"},
+        },
+    )
+    if isinstance(rule, SumRule) and rule.summed not in keys.names:
+        projection = index["Projection"]
+        included = [*projection.get("NonKeyAttributes", [])]
+        if rule.summed not in included:
+            included.append(rule.summed)
+        index["Projection"] = {"ProjectionType": "INCLUDE", "NonKeyAttributes": included}
 
 
 def create_table(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -220,8 +220,30 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
         event = str(record["eventName"])
     except Exception:
         event = None
-    groups = [(batch.group(match), match) for match in matches]
-    for group, match in groups:
+    groups: list[tuple[Group, Match, Mapping[str, Any], Mapping[str, Any]]] = []
+    for match in matches:
+        if match.role != "indexed":
+            groups.append((batch.group(match), match, old, new))
+            continue
+        try:
+            named = [_named_by(match.rule, rules, image) for image in (old, new)]
+        except Exception:
+            # An index key no writer could store: no parent is known to verify. Logged.
+            batch.malformed.append(str(record.get("eventID", "?")))
+            return
+        for parent in dict.fromkeys(_key_id(p) for p in named if p is not None):
+            # Each parent sees the images that name it: a re-parented child is -1 on one
+            # group and +1 on the other; an image that names another parent counts 0 here.
+            images = [
+                i if n is not None and _key_id(n) == parent else {}
+                for i, n in zip((old, new), named, strict=True)
+            ]
+            group = batch.group(replace(match, parent_key=dict(parent)))
+            groups.append((group, match, images[0], images[1]))
+    if not groups:
+        batch.skipped += 1  # an item found through an index that is no child, before or after
+        return
+    for group, match, before, after in groups:
         group.sequence_numbers.append(sequence_number)
         if group.first_at is None and at is not None:
             group.first_at = at
@@ -229,7 +251,7 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
             group.unreadable += 1
             continue
         try:
-            _fold_match(group, match, record, event, keys, old, new, sequence_number, at)
+            _fold_match(group, match, record, event, keys, before, after, sequence_number, at)
         except Exception:
             # A value no writer could have stored (NaN, 39 digits...): let the table decide.
             group.unreadable += 1
@@ -250,6 +272,8 @@ def _fold_match(
         _fold_parent(group, event, keys, old, new, sequence_number, at)
     elif match.role == "child":
         _fold_child(group, record, keys, old, new, sequence_number, at)
+    elif match.role == "indexed":
+        _fold_child(group, record, keys, old, new, sequence_number, at, by_image=True)
     else:
         number = (
             member_number(match.rule, keys, old),
@@ -309,7 +333,11 @@ def _fold_child(
     new: Mapping[str, Any],
     sequence_number: str,
     at: Any,
+    *,
+    by_image: bool = False,
 ) -> None:
+    """``by_image``: a count is told by the images (a child found through an index counts
+    while an image names the group's parent), not by the event."""
     rule = group.rule
     event = record["eventName"]
     if isinstance(rule, SumRule):
@@ -321,6 +349,8 @@ def _fold_child(
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
                 return
         delta = subtract(after or Decimal(0), before or Decimal(0))
+    elif by_image:
+        delta = Decimal(bool(new) - bool(old))
     else:
         delta = Decimal({"INSERT": 1, "REMOVE": -1}.get(event, 0))
     if delta == 0:
@@ -336,6 +366,15 @@ def _fold_child(
         group.ttl_removed = True
     group.child_delta = add(group.child_delta, delta)
     group.deltas.append((sequence_number, delta.copy_negate()))
+
+
+def _named_by(rule: AnyRule, rules: RuleSet, image: Mapping[str, Any]) -> Key | None:
+    """The parent a child found through an index names in one image (None: none); only the
+    index's key attributes are deserialized."""
+    assert isinstance(rule, CountRule | SumRule) and rule.through is not None
+    values = {name: attr(image, name) for name in rule.through.attributes}
+    present = {name: value for name, value in values.items() if value is not MISSING}
+    return rule.indexed_parent(present, rules.table)
 
 
 def _fold_member(

@@ -103,17 +103,8 @@ class Counts:
         ``observed``: the orphans an earlier look saw (children without their parent).
         """
         snapshot = self.settled_recount(rule, key, first)
-        if snapshot is None:
-            self._stats().deferred += 1
-            self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
-            return
-        self._stats().checked += 1
-        self.report_malformed(rule, key, snapshot.tally)
-        finding = self.finding_of(rule, key, snapshot, group, first_seen)
-        if finding is None:
-            self._stats().consistent += 1
-            if not self._repairer.writes(rule):
-                self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+        finding = self._judged(rule, key, snapshot, group, first_seen)
+        if snapshot is None or finding is None:
             return
         if finding.kind == "orphans":
             self._looks.judge_orphans(rule, key, finding, observed)
@@ -141,6 +132,29 @@ class Counts:
             )
         )
         self._scheduler.schedule(rule, key, 0, "repair fence failed twice")
+
+    def _judged(
+        self,
+        rule: TallyRule,
+        key: Key,
+        snapshot: Snapshot | None,
+        group: Group | None,
+        first_seen: str | None,
+    ) -> Finding | None:
+        """The finding of a settled recount, counted; None when there is nothing more to do
+        (the parent never held still and is deferred, or it is consistent)."""
+        if snapshot is None:
+            self._stats().deferred += 1
+            self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
+            return None
+        self._stats().checked += 1
+        self.report_malformed(rule, key, snapshot.tally)
+        finding = self.finding_of(rule, key, snapshot, group, first_seen)
+        if finding is None:
+            self._stats().consistent += 1
+            if not self._repairer.writes(rule):
+                self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+        return finding
 
     def recount(self, rule: TallyRule, key: Key, first_seen: str | None) -> None:
         """Recount one parent for its carry: the drift dates from the carry's first record."""
@@ -179,7 +193,10 @@ class Counts:
                 agreed = None
                 continue
             snapshot = Snapshot(after, tally)
-            if rule.revision is not None or not drifted(rule, after, tally):
+            # Children found through an index are confirmed a grace apart (verify_indexed).
+            if rule.revision is not None or rule.through is not None:
+                return snapshot
+            if not drifted(rule, after, tally):
                 return snapshot
             if agreed is not None and agreed == snapshot:
                 return Snapshot(after, tally, confirmations=2)
@@ -277,6 +294,37 @@ class Counts:
         self._reporter.alert_unrepaired(
             replace(finding, detail=detail).with_repair(Repair("skipped", why))
         )
+
+    def verify_indexed(self, rule: TallyRule, key: Key, observed: Observed | None) -> None:
+        """Judge a parent whose children are found through an index, a grace after its change.
+
+        One recount through an eventually consistent index may miss a child written moments
+        ago: a finding stands only when a recount a grace later sees the same counter and the
+        same truth (``observed`` is what the earlier one saw). The repair is then fenced on
+        the counter and revision the second recount read, and on the parent existing.
+        """
+        snapshot = self.settled_recount(rule, key)
+        finding = self._judged(rule, key, snapshot, None, None)
+        if snapshot is None or finding is None:
+            return
+        if finding.kind == "orphans":
+            self._looks.judge_orphans(rule, key, finding, observed)
+            return
+        assert rule.through is not None
+        grace = rule.through.grace_seconds
+        seen = observation(finding)
+        if not lifecycle.held(observed, seen):
+            self._reporter.unconfirmed(finding)
+            reason = "children found through an index: confirming a grace later"
+            self._scheduler.schedule(rule, key, 0, reason, seen, delay=grace)
+            return
+        held = f"the same counter and truth through index {rule.through.index!r} {grace} s apart"
+        finding = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
+        if not self.repair(rule, key, snapshot, finding):
+            # The parent moved after the second recount: its own records bring a recheck,
+            # and this one looks again, afresh.
+            reason = "children found through an index unbalanced"
+            self._scheduler.schedule(rule, key, 0, reason, delay=grace)
 
     def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> None:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""

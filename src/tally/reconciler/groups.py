@@ -1,6 +1,7 @@
 """One group of a stream batch (a parent's or a sequence's records): it proves itself
 (step 1), or its remainder is carried (step 1b), or it is recounted (step 2), or, for a
-sequence or a counter an aggregator keeps, it is left to its recheck."""
+sequence, a counter an aggregator keeps or children found through an index, it is left to
+its recheck."""
 
 from __future__ import annotations
 
@@ -67,6 +68,14 @@ class GroupVerifier:
             # Not judged yet: the aggregator may still be adding this batch's deltas.
             reason = "aggregated counter unbalanced"
             self._scheduler.schedule(rule, group.parent_key, 0, reason)
+            return True
+        if rule.through is not None:
+            # Child and counter sit in different item collections, on shards with no order
+            # between them: no carry. The index may not show this batch's writes yet.
+            reason = "children found through an index unbalanced"
+            self._scheduler.schedule(
+                rule, group.parent_key, 0, reason, delay=rule.through.grace_seconds
+            )
             return True
         first = None
         if group.carriable and self.carrying:

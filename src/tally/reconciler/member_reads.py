@@ -7,6 +7,7 @@ from typing import Any
 
 from tally.core.dynamodb import Names, deserialize, serialize
 from tally.reconciler.parent_reads import ParentReads
+from tally.reconciler.table_access import BATCH_GET
 from tally.reconciler.void_keys import VOID, index_void_key
 from tally.rules import (
     AttributeMembers,
@@ -19,7 +20,6 @@ from tally.rules import (
 
 # A member as read: its number, its key, and whether it is a VOID tombstone.
 Member = tuple[int, Key, bool]
-_BATCH_GET = 100  # BatchGetItem's limit of keys per request
 
 
 class MemberReads(ParentReads):
@@ -104,44 +104,23 @@ class MemberReads(ParentReads):
         found: list[Member] = []
         number, beyond = above + 1, True
         while number <= through or beyond:
-            numbers = range(number, number + _BATCH_GET)
+            numbers = range(number, number + BATCH_GET)
             hits = self._get_members(rule, counter_key, numbers)
             found += hits
             beyond = any(n > through for n, _, _ in hits)
-            number += _BATCH_GET
+            number += BATCH_GET
         return sorted(found)
 
     def _get_members(self, rule: SequenceRule, counter_key: Key, numbers: range) -> list[Member]:
         table = self.rules.table
-        names = Names.of(*table.names, VOID)
-        request = {
-            "Keys": [self._key(rule.member_key(counter_key, n, table)) for n in numbers],
-            "ConsistentRead": True,
-            "ProjectionExpression": ", ".join(names.mapping.values()),
-            "ExpressionAttributeNames": names.expression_names,
-        }
+        keys = [rule.member_key(counter_key, n, table) for n in numbers]
         found = []
-        for attempt in range(self.backoff.attempts):
-            response = self.client.batch_get_item(
-                RequestItems={self.name: request}, ReturnConsumedCapacity="TOTAL"
-            )
-            items = response["Responses"].get(self.name, [])
-            consumed = response.get("ConsumedCapacity") or [{}]  # one entry: one table
-            self.reads.add({"ConsumedCapacity": consumed[0]}, len(items))
-            for raw in items:
-                item = deserialize(raw)
-                key = self.rules.key_of(item)
-                member = rule.member_number(key[table.partition_key])
-                if member is not None:
-                    found.append((member, key, item.get(VOID) is True))
-            unprocessed = response.get("UnprocessedKeys", {}).get(self.name)
-            if not unprocessed:
-                return found
-            request = unprocessed  # throttled keys come back to be asked again
-            self.backoff.pause(attempt)
-        raise RuntimeError(
-            f"{self.name}: keys still unprocessed after {self.backoff.attempts} tries"
-        )
+        for item in self._get_items(keys, VOID):
+            key = self.rules.key_of(item)
+            member = rule.member_number(key[table.partition_key])
+            if member is not None:
+                found.append((member, key, item.get(VOID) is True))
+        return found
 
     def _index_members(self, rule: SequenceRule, members: IndexMembers, above: int) -> list[Member]:
         names = Names.of(members.sequence_attribute, members.number)

@@ -11,6 +11,8 @@ from tally.reconciler.protocol.judgement import ParentState, Tally
 from tally.reconciler.table_access import ABSENT, TableAccess
 from tally.rules import AnyRule, CountRule, Key, SumRule
 
+Item = dict[str, Any]
+
 
 class ParentReads(TableAccess):
     """A parent's counter and revision, and the count or sum of its children."""
@@ -37,8 +39,11 @@ class ParentReads(TableAccess):
         return ParentState(True, item.get(rule.counter, ABSENT), revision)
 
     def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
-        """Count or sum the children with paginated consistent queries."""
+        """Count or sum the children with paginated consistent queries (through an index:
+        see ``_tally_indexed``)."""
         self.reads.recounted()
+        if rule.through is not None:
+            return self._tally_indexed(rule, parent_key)
         request = self._children_request(rule, parent_key)
         names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
         if isinstance(rule, SumRule):
@@ -46,20 +51,69 @@ class ParentReads(TableAccess):
             request["ExpressionAttributeNames"] = names.expression_names
         else:
             request["Select"] = "COUNT"  # the count alone: no item is returned
-        total, children, unreadable = Decimal(0), 0, []
+        children, items = 0, []
         for page in self.client.get_paginator("query").paginate(**request):
             self.reads.add(page, page["ScannedCount"])
             children += page["Count"]
-            if isinstance(rule, SumRule):
-                for raw in page["Items"]:
-                    item = deserialize(raw)
-                    amount = number(item.get(rule.summed, Decimal(0)))
-                    if isinstance(amount, Decimal):
-                        total = add(total, amount)
-                    else:
-                        unreadable.append((self.rules.key_of(item), amount))
-        actual = total if isinstance(rule, SumRule) else Decimal(children)
-        return Tally(actual, children, tuple(unreadable))
+            items += [deserialize(raw) for raw in page.get("Items", [])]
+        return self._tally(rule, children, items)
+
+    def _tally(self, rule: CountRule | SumRule, children: int, items: list[Item]) -> Tally:
+        """The truth over ``children`` children: their number, or the sum of the amounts the
+        ``items`` hold (an amount that is no number counts 0, and is listed)."""
+        if not isinstance(rule, SumRule):
+            return Tally(Decimal(children), children)
+        total, unreadable = Decimal(0), []
+        for item in items:
+            amount = number(item.get(rule.summed, Decimal(0)))
+            if isinstance(amount, Decimal):
+                total = add(total, amount)
+            else:
+                unreadable.append((self.rules.key_of(item), amount))
+        return Tally(total, children, tuple(unreadable))
+
+    def _tally_indexed(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
+        """Count or sum the children found through the rule's index, each confirmed by a
+        consistent read of its base item.
+
+        An index is eventually consistent: an entry may be stale (the child since deleted,
+        moved to another parent or out of the counted status), so only base items that still
+        name this parent count. A child the index does not show yet is not found here: the
+        caller recounts only after the index grace, and judges on two agreeing recounts.
+        """
+        through = rule.through
+        assert through is not None
+        status = through.sort_key if through.sort_prefix is not None else None
+        names = Names.of(through.partition_key, status)
+        condition = f"{names[through.partition_key]} = :parent"
+        values: dict[str, Any] = {":parent": parent_key[self._pk]}
+        if status is not None:
+            condition += f" AND begins_with({names[status]}, :status)"
+            values[":status"] = through.sort_prefix
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.name,
+            IndexName=through.index,
+            KeyConditionExpression=condition,
+            ExpressionAttributeNames=names.expression_names,
+            ExpressionAttributeValues=serialize(values),
+            ReturnConsumedCapacity="TOTAL",
+        )
+        claimed = self.rules.claimed_by(rule)
+        hits: dict[tuple[str, ...], Key] = {}
+        for page in pages:
+            self.reads.add(page, page["ScannedCount"])
+            for raw in page["Items"]:
+                key = self.rules.key_of(deserialize(raw))
+                if claimed(key):
+                    hits[tuple(key.values())] = key
+        summed = rule.summed if isinstance(rule, SumRule) else None
+        confirmed = [
+            item
+            for item in self._get_items(hits.values(), *through.attributes, summed)
+            # Not a stale entry: the child did not move, nor leave the counted status.
+            if rule.indexed_parent(item, self.rules.table) == parent_key
+        ]
+        return self._tally(rule, len(confirmed), confirmed)
 
     def has_more_children(self, rule: CountRule | SumRule, parent_key: Key, than: int) -> bool:
         """Does the parent have more than ``than`` children? One ``Select=COUNT`` query of at

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from tally.core.dynamodb import Backoff, serialize
+from tally.core.dynamodb import Backoff, Names, deserialize, serialize
 from tally.rules import Key, RuleSet
 
 ABSENT = None  # a counter or revision the item does not hold
+BATCH_GET = 100  # BatchGetItem's limit of keys per request
 
 
 @dataclass
@@ -54,3 +55,38 @@ class TableAccess:
 
     def _value(self, key: Key, attribute: str) -> Any:
         return self.rules.table.typed(key)[attribute]
+
+    def _get_items(self, keys: Iterable[Key], *attributes: str | None) -> list[dict[str, Any]]:
+        """The items at ``keys`` that exist, by consistent BatchGetItem (100 keys a request),
+        with the key attributes and ``attributes``; throttled keys are asked again."""
+        names = Names.of(*self.rules.table.names, *attributes)
+        found: list[dict[str, Any]] = []
+        wanted = [self._key(key) for key in keys]
+        for start in range(0, len(wanted), BATCH_GET):
+            request = {
+                "Keys": wanted[start : start + BATCH_GET],
+                "ConsistentRead": True,
+                "ProjectionExpression": ", ".join(names.mapping.values()),
+                "ExpressionAttributeNames": names.expression_names,
+            }
+            found += self._batch_get(request)
+        return found
+
+    def _batch_get(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        found = []
+        for attempt in range(self.backoff.attempts):
+            response = self.client.batch_get_item(
+                RequestItems={self.name: request}, ReturnConsumedCapacity="TOTAL"
+            )
+            items = response["Responses"].get(self.name, [])
+            consumed = response.get("ConsumedCapacity") or [{}]  # one entry: one table
+            self.reads.add({"ConsumedCapacity": consumed[0]}, len(items))
+            found += [deserialize(raw) for raw in items]
+            unprocessed = response.get("UnprocessedKeys", {}).get(self.name)
+            if not unprocessed:
+                return found
+            request = unprocessed  # throttled keys come back to be asked again
+            self.backoff.pause(attempt)
+        raise RuntimeError(
+            f"{self.name}: keys still unprocessed after {self.backoff.attempts} tries"
+        )

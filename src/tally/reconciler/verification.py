@@ -149,6 +149,8 @@ class Reconciler:
         elif rule.lag_seconds is not None:
             # Never carried; a carry recheck left from before the lag was set is judged too.
             self._counts.verify_aggregated(rule, key, recheck.observed)
+        elif rule.through is not None:
+            self._counts.verify_indexed(rule, key, recheck.observed)
         elif recheck.carry_since:
             since, through = recheck.carry_since, recheck.carry_through
             if not self._carries.recheck(rule, key, since, through, self._counts.recount):
@@ -160,11 +162,14 @@ class Reconciler:
     # --- for the full audit ----------------------------------------------------------------
 
     def audit_parent(self, rule: CountRule | SumRule, key: Key) -> None:
-        """Recount one parent as its stream batch would (an aggregated one: a lag later)."""
-        if rule.lag_seconds is None:
-            self._counts.verify_parent(rule, key, None)
-        else:
+        """Recount one parent as its stream batch would (an aggregated one: a lag later; one
+        whose children are found through an index: confirmed a grace later)."""
+        if rule.lag_seconds is not None:
             self._counts.verify_aggregated(rule, key, None)
+        elif rule.through is not None:
+            self._counts.verify_indexed(rule, key, None)
+        else:
+            self._counts.verify_parent(rule, key, None)
 
     def schedule_recheck(
         self, rule: CountRule | SumRule | SequenceRule, key: Key, counter_seen: int, reason: str

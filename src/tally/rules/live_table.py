@@ -6,25 +6,81 @@ mode compares a table definition with the rules the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tally.core.dynamodb import deserialize
 from tally.rules.key_patterns import key_text
-from tally.rules.model import IndexMembers, RuleSet, SequenceRule, TableKeys
+from tally.rules.model import (
+    AnyRule,
+    CountRule,
+    IndexMembers,
+    RuleSet,
+    SequenceRule,
+    SumRule,
+    TableKeys,
+)
 
 STREAM_VIEW = "NEW_AND_OLD_IMAGES"
 
 
 @dataclass(frozen=True)
+class IndexShape:
+    """One secondary index: its keys (with their attribute types) and what it projects."""
+
+    name: str
+    partition_key: str
+    sort_key: str | None
+    projection: str  # ALL | KEYS_ONLY | INCLUDE
+    non_key_attributes: frozenset[str] = frozenset()
+    is_global: bool = True
+    partition_key_type: str = "S"
+    sort_key_type: str | None = None
+
+    @classmethod
+    def of(
+        cls, index: Mapping[str, Any], types: Mapping[str, str], *, is_global: bool
+    ) -> IndexShape:
+        roles = {k["KeyType"]: k["AttributeName"] for k in index["KeySchema"]}
+        projection = index.get("Projection") or {}
+        pk, sk = roles["HASH"], roles.get("RANGE")
+        return cls(
+            name=index["IndexName"],
+            partition_key=pk,
+            sort_key=sk,
+            projection=projection.get("ProjectionType", "ALL"),
+            non_key_attributes=frozenset(projection.get("NonKeyAttributes", ())),
+            is_global=is_global,
+            partition_key_type=types.get(pk, "S"),
+            sort_key_type=None if sk is None else types.get(sk, "S"),
+        )
+
+    def projects(self, attribute: str, table_keys: Sequence[str]) -> bool:
+        """Whether a Query on this index returns ``attribute`` (keys are always projected)."""
+        if attribute in (self.partition_key, self.sort_key, *table_keys):
+            return True
+        return self.projection == "ALL" or (
+            self.projection == "INCLUDE" and attribute in self.non_key_attributes
+        )
+
+
+@dataclass(frozen=True)
 class TableShape:
-    """What DescribeTable (or a CreateTable request) says about a table."""
+    """What DescribeTable (or a CreateTable request) says about a table.
+
+    ``indexes`` names every secondary index; ``index_shapes`` describes those the table's
+    description gave (a shape built by hand may name indexes without them).
+    """
 
     name: str
     keys: TableKeys
     stream_view: str | None
     indexes: frozenset[str]
+    index_shapes: tuple[IndexShape, ...] = ()
+
+    def index(self, name: str) -> IndexShape | None:
+        return next((i for i in self.index_shapes if i.name == name), None)
 
     @classmethod
     def of(cls, table: Mapping[str, Any]) -> TableShape:
@@ -38,12 +94,12 @@ class TableShape:
         )
         stream = table.get("StreamSpecification") or {}
         view = stream.get("StreamViewType") if stream.get("StreamEnabled", True) else None
-        indexes = [
-            i["IndexName"]
+        indexes = tuple(
+            IndexShape.of(i, types, is_global=kind == "GlobalSecondaryIndexes")
             for kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes")
             for i in table.get(kind, [])
-        ]
-        return cls(table["TableName"], keys, view, frozenset(indexes))
+        )
+        return cls(table["TableName"], keys, view, frozenset(i.name for i in indexes), indexes)
 
 
 def describe(client: Any, table_name: str) -> TableShape:
@@ -74,12 +130,82 @@ def schema_problems(rules: RuleSet, shape: TableShape) -> list[str]:
                 f"rule {rule.name!r} field 'members.index': table {shape.name} has no "
                 f"index {index!r}"
             )
+        problems += [
+            f"rule {rule.name!r} field 'through.{field}': {problem}"
+            for field, problem in _through_problems(rule, shape)
+        ]
     if shape.stream_view != STREAM_VIEW:
         now = f"view {shape.stream_view}" if shape.stream_view else "no stream"
         problems.append(
             f"table {shape.name} has {now}: the reconciler reads a {STREAM_VIEW} stream"
         )
     return problems
+
+
+def _through_problems(rule: AnyRule, shape: TableShape) -> Iterator[tuple[str, str]]:
+    """Why the index a ``through`` rule reads cannot give it its children, by field."""
+    if not isinstance(rule, CountRule | SumRule) or rule.through is None:
+        return
+    through, table = rule.through, shape.name
+    if through.index not in shape.indexes:
+        yield "index", f"table {table} has no index {through.index!r}"
+        return
+    index = shape.index(through.index)
+    if index is None:
+        return  # named without a description: nothing more to compare
+    if not index.is_global:
+        yield (
+            "index",
+            (
+                f"{through.index!r} of table {table} is a local index: it holds only its own "
+                "item collection, children in other collections need a global one"
+            ),
+        )
+        return
+    if index.partition_key != through.partition_key:
+        yield (
+            "partition_key",
+            (
+                f"index {through.index!r} of table {table} has the partition key "
+                f"{index.partition_key!r}, not {through.partition_key!r}"
+            ),
+        )
+    elif index.partition_key_type != shape.keys.partition_key_type:
+        yield (
+            "partition_key",
+            (
+                f"index {through.index!r} of table {table} keys {index.partition_key!r} as "
+                f"{index.partition_key_type}: it holds the parent's partition key, "
+                f"{shape.keys.partition_key_type}"
+            ),
+        )
+    if through.sort_key is not None and index.sort_key != through.sort_key:
+        theirs = "no sort key" if index.sort_key is None else f"the sort key {index.sort_key!r}"
+        yield (
+            "sort_key",
+            (f"index {through.index!r} of table {table} has {theirs}, not {through.sort_key!r}"),
+        )
+    elif through.sort_prefix is not None and index.sort_key_type != "S":
+        yield (
+            "sort_prefix",
+            (
+                f"index {through.index!r} of table {table} keys {index.sort_key!r} as "
+                f"{index.sort_key_type}: a prefix needs a string sort key"
+            ),
+        )
+    if isinstance(rule, SumRule) and not index.projects(rule.summed, shape.keys.names):
+        listed = (
+            f" (it includes {', '.join(sorted(index.non_key_attributes))})"
+            if index.non_key_attributes
+            else ""
+        )
+        yield (
+            "index",
+            (
+                f"index {through.index!r} of table {table} projects {index.projection}{listed}: "
+                f"it must project {rule.summed!r} (ALL, or INCLUDE listing it)"
+            ),
+        )
 
 
 def _described(keys: TableKeys, name: str | None) -> str:

@@ -579,6 +579,16 @@ class RuleSet:
             return _Compiled(rule, parent, "member", _checks(rule.member_pattern(keys)), parent_of)
         return _Compiled(rule, parent, "child", _checks(rule.child_pattern(keys)), parent_of)
 
+    def claimed_by(self, rule: AnyRule) -> Callable[[Mapping[str, Any]], bool]:
+        """Whether a key is one of the items ``rule`` counts (children or members): the key
+        alone, whatever its image says."""
+        checks = _checks(
+            rule.member_pattern(self.table)
+            if isinstance(rule, SequenceRule)
+            else rule.child_pattern(self.table)
+        )
+        return lambda key: checks_pass(checks, key)
+
     def child_match(self, key: Mapping[str, Any]) -> Match:
         """The count or sum rule this key is a child of; ValueError naming the key if none."""
         self.validate_key(key)

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.protocol.lifecycle import emptied, observation, same
+from tally.reconciler.protocol.lifecycle import emptied, held, observation, same
 
 counters = st.one_of(st.none(), st.integers(-5, 50).map(Decimal))
 actuals = st.integers(0, 50).map(Decimal)
@@ -57,3 +57,20 @@ def test_only_a_batch_of_removals_that_left_no_child_waits_for_a_cascade(
         and bool(seen)
         and set(seen) == {"REMOVE"}
     )
+
+
+shown = st.one_of(
+    counters.map(lambda c: None if c is None else str(c)), st.sampled_from(["S", "BOOL"])
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(shown, actuals, shown, actuals)
+def test_a_finding_held_across_a_grace_only_when_counter_and_truth_are_unchanged(
+    stored_1: str | None, actual_1: Decimal, stored_2: str | None, actual_2: Decimal
+) -> None:
+    """Children found through an index: the second recount confirms the first only when it
+    saw the same counter (a number, or the same non-number type) and the same truth."""
+    first, second = (stored_1, str(actual_1)), (stored_2, str(actual_2))
+    assert held(first, second) == (stored_1 == stored_2 and actual_1 == actual_2)
+    assert not held(None, second)

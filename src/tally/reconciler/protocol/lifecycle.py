@@ -25,6 +25,19 @@ def same(earlier: Observed | None, now: Observed) -> bool:
     return offset(earlier) == offset(now) and Decimal(earlier[1]) == Decimal(now[1])
 
 
+def held(earlier: Observed | None, now: Observed) -> bool:
+    """The same counter and truth at two looks: as numbers, or (a counter that holds no
+    number, shown by its type) exactly as shown."""
+    if earlier is None:
+        return False
+    if tuple(earlier) == tuple(now):
+        return True
+    try:
+        return same(earlier, now)
+    except ArithmeticError:
+        return False
+
+
 def offset(observed: Observed) -> Decimal:
     stored, actual = observed
     return subtract(Decimal(stored or 0), Decimal(actual))
