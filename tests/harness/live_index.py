@@ -75,6 +75,8 @@ from tests.utils import TTL_IDENTITY, deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "live_index_rules.toml"
 GSI1, BY_PRODUCT = "GSI1", "ByProduct"
+# How long the live pump goes on after the writes, waiting for every fault's alert.
+ALERT_SECONDS = 30.0
 READS = ("GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems")
 WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 
@@ -413,6 +415,8 @@ class LiveIndexRun:
         }
         self.faults: list[Fault] = []
         self.lock = threading.Lock()
+        self.phases: dict[str, float] = {}  # when each phase of the run ended
+        self.invocations: dict[str, list[tuple[float, float, int]]] = {}
         dynamodb = stack.dynamodb
         self.index = LaggingIndex(dynamodb, stack.table, lag=lag, jitter=jitter, seed=seed)
         self.aggregator = CartAggregator(dynamodb, stack.table, seed, late=(0.1, 1.0))
@@ -428,8 +432,8 @@ class LiveIndexRun:
         self.expired: set[tuple[str, str]] = set()  # cart lines TTL removes during the run
         self.pump = Pump(
             stack.reader,
-            lambda event: reconciler_handler.handler(self.mark_ttl(event), lambda_context()),
-            lambda event: recheck_handler.handler(event, lambda_context()),
+            lambda event: self.timed("stream", reconciler_handler.handler, self.mark_ttl(event)),
+            lambda event: self.timed("recheck", recheck_handler.handler, event),
             stack.sqs,
             stack.recheck_queue,
             failures["QueueUrl"],
@@ -457,6 +461,7 @@ class LiveIndexRun:
         self.pump.until_idle(max_seconds=60)
         self.tap.observers.append(self.aggregator.observe)
         self.calls.reads = ReadUnits()
+        self.phases["set up"] = time.time()
         application = IndexApplication.start(
             self.stack.dynamodb.meta.endpoint_url, self.stack.table, **self.options
         )
@@ -472,16 +477,23 @@ class LiveIndexRun:
             injector = threading.Thread(target=self.break_parents, name="injector")
             injector.start()
             acknowledged = application.result()
+            self.phases["written"] = time.time()
             injector.join()
             # The aggregator adds what is still pending (the tap feeds it until the end).
             time.sleep(0.5)
             self.aggregator.wait_idle()
+            # The live pump goes on until every fault is alerted, for at most ALERT_SECONDS.
+            deadline = time.monotonic() + ALERT_SECONDS
+            while time.monotonic() < deadline and not self.all_alerted(subscriber):
+                time.sleep(0.2)
         finally:
             application.stop()
             self.pump.stop(1)
             pumping.join()
+        self.phases["pump stopped"] = time.time()
         self.pump.stop_signal = None
         report = self.pump.until_idle(max_seconds=120, rechecks=True)
+        self.phases["idle"] = time.time()
         alerts = subscriber.stop()
         outcome = self.judge(alerts, acknowledged)
         if not report.idle:
@@ -493,11 +505,37 @@ class LiveIndexRun:
             "jitter": self.index.schedule.jitter,
             "changes_applied": self.index.applied,
             "max_applied_late": round(self.index.max_late, 3),
+            "changes_applied_late": self.index.late,
             "queries_redirected": self.index.redirected,
             "aggregator_batches": self.aggregator.batches,
+            "phases": {k: round(v - self.phases["set up"], 2) for k, v in self.phases.items()},
+            "invocations": {
+                name: {
+                    "count": len(calls),
+                    "records": sum(c[2] for c in calls),
+                    "seconds": round(sum(c[1] for c in calls), 1),
+                    "max_seconds": round(max(c[1] for c in calls), 2),
+                }
+                for name, calls in self.invocations.items()
+            },
+            "alerts_at": [round(a.at - self.phases["set up"], 2) for a in alerts],
+            "faults_at": [
+                round(f.at - self.phases["set up"], 2) for f in self.faults + self.aggregator.faults
+            ],
         }
         outcome.seconds = time.monotonic() - started
         return outcome
+
+    def timed(self, name: str, handler: Any, event: dict[str, Any]) -> Any:
+        """Invoke a handler as the pump does, keeping (start, seconds, records) per kind."""
+        began = time.time()
+        try:
+            return handler(event, lambda_context())
+        finally:
+            with self.lock:
+                self.invocations.setdefault(name, []).append(
+                    (began, time.time() - began, len(event["Records"]))
+                )
 
     def mark_ttl(self, event: dict[str, Any]) -> dict[str, Any]:
         """A removal of an expired cart line is TTL's, as DynamoDB marks it (DynamoDB Local
@@ -507,6 +545,12 @@ class LiveIndexRun:
             if record["eventName"] == "REMOVE" and (keys["pk"], keys["sk"]) in self.expired:
                 record["userIdentity"] = dict(TTL_IDENTITY)
         return event
+
+    def all_alerted(self, subscriber: Subscriber) -> bool:
+        alerted = {alert_pk(a.body) for a in list(subscriber.alerts)}
+        with self.lock:
+            faults = self.faults + self.aggregator.faults
+        return {f.pk for f in faults} <= alerted
 
     # --- set-up -----------------------------------------------------------------------
 
