@@ -79,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operations", type=int, default=50, help="writes per writer thread")
     parser.add_argument("--lag", type=float, default=1.5, help="index lag, seconds (1.5)")
     parser.add_argument("--jitter", type=float, default=0.3, help="lag jitter, seconds (0.3)")
+    parser.add_argument(
+        "--split-shards",
+        action="store_true",
+        help="deliver each stream batch as two by partition key hash, as DynamoDB's shards "
+        "would (a transaction's edge and counter then arrive apart)",
+    )
     parser.add_argument("--json", type=Path, default=REPO / "benchmarks/results/live_index.json")
     parser.add_argument(
         "--log",
@@ -112,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                     operations=args.operations,
                     lag=args.lag,
                     jitter=args.jitter,
+                    split_shards=args.split_shards,
                 ).run()
             print(f"run {seed}: {outcome.describe()}", file=out)
             outcomes.append(outcome)

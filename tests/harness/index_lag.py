@@ -245,7 +245,7 @@ class LaggingIndex:
 
     # --- running -----------------------------------------------------------------------
 
-    def start(self, interval: float = 0.02) -> LaggingIndex:
+    def start(self, interval: float = 0.05) -> LaggingIndex:
         def run() -> None:
             while not self._stop.wait(interval):
                 self.apply_due()

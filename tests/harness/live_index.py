@@ -43,6 +43,7 @@ import statistics
 import threading
 import time
 import uuid
+import zlib
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -302,7 +303,7 @@ class CartAggregator:
 
     def start(self) -> CartAggregator:
         def run() -> None:
-            while not self._stop.wait(0.02):
+            while not self._stop.wait(0.05):
                 self.step(time.time())
 
         self._thread = threading.Thread(target=run, name="cart-aggregator", daemon=True)
@@ -404,8 +405,10 @@ class LiveIndexRun:
         pause: float = 0.12,
         lag: float = 1.5,
         jitter: float = 0.3,
+        split_shards: bool = False,
     ):
         self.stack, self.seed = stack, seed
+        self.split_shards = split_shards
         self.options = {
             "seed": seed,
             "followers": followers,
@@ -432,7 +435,7 @@ class LiveIndexRun:
         self.expired: set[tuple[str, str]] = set()  # cart lines TTL removes during the run
         self.pump = Pump(
             stack.reader,
-            lambda event: self.timed("stream", reconciler_handler.handler, self.mark_ttl(event)),
+            self.verify,
             lambda event: self.timed("recheck", recheck_handler.handler, event),
             stack.sqs,
             stack.recheck_queue,
@@ -525,6 +528,25 @@ class LiveIndexRun:
         }
         outcome.seconds = time.monotonic() - started
         return outcome
+
+    def verify(self, event: dict[str, Any]) -> Any:
+        """The stream handler, as the pump invokes it. With ``split_shards``, each batch is
+        delivered as two, by a hash of the partition key (each key's records stay in order):
+        as DynamoDB spreads item collections over shards, a writer's transaction then reaches
+        the reconciler as two unbalanced halves (DynamoDB Local keeps one shard)."""
+        event = self.mark_ttl(event)
+        if not self.split_shards:
+            return self.timed("stream", reconciler_handler.handler, event)
+        halves: list[list[dict[str, Any]]] = [[], []]
+        for record in event["Records"]:
+            pk = str(deserialize(record["dynamodb"]["Keys"])["pk"])
+            halves[zlib.crc32(pk.encode()) % 2].append(record)
+        failures: list[dict[str, str]] = []
+        for records in halves:
+            if records:
+                answer = self.timed("stream", reconciler_handler.handler, {"Records": records})
+                failures += answer.get("batchItemFailures", [])
+        return {"batchItemFailures": failures}
 
     def timed(self, name: str, handler: Any, event: dict[str, Any]) -> Any:
         """Invoke a handler as the pump does, keeping (start, seconds, records) per kind."""
