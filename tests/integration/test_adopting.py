@@ -14,7 +14,16 @@ from collections.abc import Callable
 
 import pytest
 
-from tally.local.examples import Crash, create_post, create_project, like, open_issue, place_order
+from tally.local.examples import (
+    Crash,
+    create_post,
+    create_profile,
+    create_project,
+    follow,
+    like,
+    open_issue,
+    place_order,
+)
 from tally.rules import RuleSet
 from tests.harness.adopting import Adopted
 
@@ -150,3 +159,48 @@ def test_projects_adopted_checked_suggested_and_a_counter_behind_caught(
     [alert] = projects.alerts()
     assert (alert["kind"], alert["key"]) == ("counter_behind", {"pk": "project07", "sk": "0"})
     assert (alert["stored"], alert["actual"]) == (last, last + 1)
+
+
+# --- followers found through an index -----------------------------------------------------------
+
+
+def test_followers_through_an_index_adopted_checked_and_a_moved_edge_caught(
+    adopt: Callable[..., Adopted],
+) -> None:
+    """The pump plays the stream on one shard, the recheck queue waits out the index grace
+    for real: follows raise nothing; an edge re-pointed to another followee without its
+    counts is drift on both profiles, each repaired once two looks agree."""
+    graph = adopt("followers", "FollowersTable")
+    client, table = graph.dynamodb, graph.table
+    for user in ("ann", "bob", "cy", "dan"):
+        create_profile(client, table, user)
+    for follower, followee in (("ann", "bob"), ("cy", "bob"), ("dan", "bob"), ("bob", "ann")):
+        follow(client, table, follower, followee, "2026-11-26")
+    graph.settle()
+    assert graph.alerts() == []
+    counted = {"parents": 4, "children_or_members": 4, "not_counted": 0}
+    assert graph.check()["rules"]["followers"] == counted
+
+    # A migration re-points dan's edge from bob to cy, and leaves both counts as they were.
+    client.update_item(
+        TableName=table,
+        Key={"PK": {"S": "USER#dan"}, "SK": {"S": "FOLLOWS#bob"}},
+        UpdateExpression="SET GSI1PK = :cy",
+        ExpressionAttributeValues={":cy": {"S": "USER#cy"}},
+    )
+    graph.settle()
+    found = sorted(
+        (a["kind"], a["key"]["PK"], a["stored"], a["actual"], a["repair"]["status"])
+        for a in graph.alerts()
+    )
+    assert found == [
+        ("drift", "USER#bob", 3, 2, "applied"),
+        ("drift", "USER#cy", 0, 1, "applied"),
+    ]
+    counts = {
+        user: client.get_item(
+            TableName=table, Key={"PK": {"S": f"USER#{user}"}, "SK": {"S": "PROFILE"}}
+        )["Item"]["followerCount"]["N"]
+        for user in ("bob", "cy")
+    }
+    assert counts == {"bob": "2", "cy": "1"}

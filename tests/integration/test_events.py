@@ -385,6 +385,7 @@ def check_scheduled_audit(run: Run, response: Any) -> None:
         "candidates",
         "recounted",
         "sequences_checked",
+        "unindexed_seen",
         "findings",
         "repairs",
         "seconds",

@@ -310,6 +310,27 @@ def _carts(a: Adopted) -> None:
         a.dynamodb.put_item(TableName=a.table, Item=serialize(item))
 
 
+def _followers(a: Adopted) -> None:
+    client, table = a.dynamodb, a.table
+    for user in ("ann", "bob", "cy"):
+        examples.create_profile(client, table, user)
+    examples.follow(client, table, "ann", "bob", "2026-11-26")
+    examples.follow(client, table, "cy", "bob", "2026-11-26")
+    examples.block(client, table, "cy", "bob", "2026-11-27")
+    examples.follow(client, table, "bob", "ann", "2026-11-26")
+    examples.unfollow(client, table, "bob", "ann")
+    _set(a, {"PK": {"S": "USER#bob"}, "SK": {"S": "PROFILE"}}, "followerCount", 5)
+
+
+def _products(a: Adopted) -> None:
+    for item in (
+        {"pk": "product#p1", "sk": "totalquantity", "quantity": 3},
+        {"pk": "cart#1", "sk": "product#p1", "quantity": 1, "expirationTime": 4102444800},
+        {"pk": "user#u1", "sk": "product#p1", "quantity": 1, "expirationTime": 4102444800},
+    ):
+        a.dynamodb.put_item(TableName=a.table, Item=serialize(item))
+
+
 # shape: (template of the table, table id, writer and faults, whether it settles quickly)
 DRIVERS: dict[str, tuple[str, str, Callable[[Adopted], None], bool]] = {
     "users": ("users", "UsersTable", _users, True),
@@ -320,6 +341,9 @@ DRIVERS: dict[str, tuple[str, str, Callable[[Adopted], None], bool]] = {
     "social": ("social", "SocialTable", _social, True),
     # A cart's total lags its products by 90 s: its rechecks are not waited for here.
     "carts": ("social", "SocialTable", _carts, False),
+    "followers": ("followers", "FollowersTable", _followers, True),
+    # A product's total lags its cart lines by 90 s: its rechecks are not waited for here.
+    "products": ("products", "ShoppingCartTable", _products, False),
 }
 
 

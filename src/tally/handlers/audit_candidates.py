@@ -1,7 +1,8 @@
 """The export engine's candidates, a batch at a time from the state machine's Distributed Map.
 
 Each row of the Athena query's result goes through the scan audit's path: count and sum
-parents are recounted (and repaired) here, sequences go to the recheck queue.
+parents are recounted (and repaired) here, sequences go to the recheck queue, items the
+index of their rule cannot hold (``unindexed``) are read again and reported.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 payload v1; a body flagged ``isBase64Encoded`` is decoded first).
 
 Routes: ``POST /children`` (add), ``DELETE /children`` (remove), ``PATCH /children``
-(change a sum child's amount), ``POST /allocations`` (hand out sequence numbers),
+(change a sum child's amount), ``PATCH /children/index`` (move a child found through an
+index to another parent or status), ``POST /allocations`` (hand out sequence numbers),
 ``GET /openapi.json`` (this API's OpenAPI document).
 
 Powertools' event handler validates each body against the pydantic models below; the
@@ -106,6 +107,13 @@ class AddChild(ChildKey):
 
 class ChangeAmount(ChildKey):
     amount: Number = Field(description="The sum child's new amount.")
+
+
+class MoveChild(ChildKey):
+    attributes: dict[str, Any] = Field(
+        description="The child's index key attributes to set (null removes one), e.g. "
+        '{"GSI1PK": "USER#cat"} or {"GSI1SK": "MUTED#2026-11-26"}.'
+    )
 
 
 class Allocate(_Body):
@@ -219,6 +227,18 @@ def remove_child(body: ChildKey, idempotency_key: IdempotencyKey = None) -> Resp
 def change_amount(body: ChangeAmount, idempotency_key: IdempotencyKey = None) -> Response[str]:
     writer = _writers()[0]
     result = writer.change_amount(body.key, body.amount, idempotency_key=idempotency_key)
+    return _outcome(result.outcome, result.replayed)
+
+
+@app.patch(
+    "/children/index",
+    summary="Move a child found through an index to another parent or status",
+    responses=_CHILD_RESPONSES,
+)
+@tracer.capture_method
+def move_child(body: MoveChild, idempotency_key: IdempotencyKey = None) -> Response[str]:
+    writer = _writers()[0]
+    result = writer.move_child(body.key, body.attributes, idempotency_key=idempotency_key)
     return _outcome(result.outcome, result.replayed)
 
 

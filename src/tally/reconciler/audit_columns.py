@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from tally.reconciler.unindexed import index_key_types
 from tally.rules import (
     AnyRule,
+    CountRule,
     IndexMembers,
     PartitionMembers,
     SequenceRule,
@@ -49,6 +51,11 @@ def read_attributes(rules: list[AnyRule], table: TableKeys) -> dict[str, set[str
         if isinstance(rule, SequenceRule) and isinstance(rule.members, IndexMembers):
             want(rule.members.sequence_attribute, "S")
             want(rule.members.number, "N")
+        if isinstance(rule, CountRule | SumRule) and rule.through is not None:
+            for name, types in index_key_types(rule, table).items():
+                if name not in table.names:  # a table key is always there, a string
+                    for kind in sorted(types):
+                        want(name, kind)
     return wanted
 
 

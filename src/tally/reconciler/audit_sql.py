@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from tally.reconciler.audit_columns import check_folds, check_supported, read_attributes
 from tally.reconciler.candidates import PROBLEMS
+from tally.reconciler.unindexed import index_key_types
 from tally.rules import (
     AnyRule,
     AttributeMembers,
@@ -53,7 +54,7 @@ class _Slot:
     """One role of one rule: the items that play it, their parent's key and their value."""
 
     rule: int
-    role: str  # P: parent or counter, C: child, M: sequence member
+    role: str  # P: parent or counter, C: child, M: sequence member, U: child out of the index
     where: str
     parent: tuple[str, ...]
     value: str = "NULL"
@@ -115,6 +116,8 @@ class AuditQuery:
         parts = []
         if tally_rules:
             parts.append(self._tally_candidates(tally_rules))
+        if any(s.role == "U" for s in slots):
+            parts.append(self._unindexed_candidates())
         if sequence_rules:
             parts.append(self._sequence_candidates(sequence_rules))
         ctes = [
@@ -149,6 +152,8 @@ class AuditQuery:
             if "N" in types:
                 columns.append(f"{field}.{self._name('N')} AS {alias}_n")
                 columns.append(f"{field} IS NOT NULL AS {alias}_set")
+            if "B" in types:
+                columns.append(f"{field}.{self._name('B')} AS {alias}_b")
         return f"SELECT {', '.join(columns)} FROM {source}"
 
     def _slots(self) -> list[_Slot]:
@@ -172,6 +177,9 @@ class AuditQuery:
                     summed = self._alias[rule.summed]
                     value, value_set = f"i.{summed}_n", f"i.{summed}_set"
                 child = self._matches(rule.child_pattern(keys))
+                if rule.through is not None:
+                    slots.extend(self._indexed_slots(index, rule, child, value, value_set))
+                    continue
                 slots.append(_Slot(index, "C", child, self._parent_of(rule), value, value_set))
             elif isinstance(rule.members, CollectionMembers):
                 assert keys.sort_key is not None
@@ -195,6 +203,58 @@ class AuditQuery:
                     _Slot(index, "M", where, self._parent_of(rule), number=number, odd=odd)
                 )
         return slots
+
+    def _indexed_slots(
+        self, index: int, rule: CountRule | SumRule, child: str, value: str, value_set: str
+    ) -> list[_Slot]:
+        """Children found through an index, by the base table's attributes: an item keyed as
+        a child (and not as the parent) counts for the parent its index partition key names,
+        if the index holds it (both index keys present, non-empty, of the index key's type)
+        and its index sort key has the status prefix; one the index cannot hold is a ``U``."""
+        keys, through = self.table, rule.through
+        assert through is not None
+        child = f"{child} AND NOT ({self._matches(rule.parent_pattern(keys))})"
+        holds = [self._holds(name, types) for name, types in index_key_types(rule, keys).items()]
+        visible = " AND ".join(holds)
+        named = self._text(through.partition_key)
+        counted = [
+            child,
+            visible,
+            self._match(named, rule.parent_pattern(keys)[keys.partition_key]),
+        ]
+        if through.sort_prefix is not None:
+            assert through.sort_key is not None
+            status = Pattern(through.sort_prefix, True)
+            counted.append(self._match(self._text(through.sort_key), status))
+        parent = tuple(
+            named if name == keys.partition_key else _lit(rule.parent[name]) for name in keys.names
+        )
+        own = tuple(f"i.{k}" for k in self._keys)
+        return [
+            _Slot(index, "C", " AND ".join(counted), parent, value, value_set),
+            _Slot(index, "U", f"{child} AND NOT ({visible})", own),
+        ]
+
+    def _holds(self, name: str, types: frozenset[str]) -> str:
+        """TRUE when the item's ``name`` is an index key value of one of ``types`` (never
+        NULL): present, and not an empty string or binary."""
+        if name in self.table.names:
+            return "TRUE"  # a table key: always there, a non-empty string
+        alias = self._alias[name]
+        held = []
+        if "S" in types:
+            held.append(f"coalesce(i.{alias}_s <> '', FALSE)")
+        if "N" in types:
+            held.append(f"i.{alias}_n IS NOT NULL")
+        if "B" in types:
+            held.append(f"coalesce(i.{alias}_b <> '', FALSE)")
+        return "(" + " OR ".join(held) + ")"
+
+    def _text(self, name: str) -> str:
+        """The column of a string attribute: a key column, or the attribute's S value."""
+        if name in self.table.names:
+            return f"i.{self._keys[self.table.names.index(name)]}"
+        return f"i.{self._alias[name]}_s"
 
     def _facts(self, slots: list[_Slot]) -> str:
         def pick(values: list[str]) -> str:
@@ -242,7 +302,8 @@ class AuditQuery:
             # A child amount of another type (val NULL, val_set): the recount names it.
             f", sum(CASE WHEN role = 'C' AND val_set AND NOT {exact} THEN 1 ELSE 0 END)"
             " AS inexact_children"
-            f" FROM facts WHERE rid IN ({_ids(rids)}) GROUP BY rid, {self._group_keys()})",
+            f" FROM facts WHERE rid IN ({_ids(rids)}) AND role IN ('P', 'C')"
+            f" GROUP BY rid, {self._group_keys()})",
             "judged_tallies AS (SELECT rid, "
             + self._group_keys()
             + ", counter, CAST(truth AS VARCHAR) AS actual"
@@ -262,8 +323,17 @@ class AuditQuery:
         return (
             f"SELECT rid, {self._group_keys()}, counter AS stored, actual, drift, orphans, "
             "invalid_counter, inexact, 0 AS counter_behind, 0 AS duplicates, 0 AS missing, "
-            "CAST(NULL AS BIGINT) AS first_missing FROM judged_tallies "
+            "CAST(NULL AS BIGINT) AS first_missing, 0 AS unindexed FROM judged_tallies "
             "WHERE drift + orphans + invalid_counter + inexact > 0"
+        )
+
+    def _unindexed_candidates(self) -> str:
+        """One row per item keyed as a child that its rule's index cannot hold: by its key."""
+        return (
+            f"SELECT rid, {self._group_keys()}, CAST(NULL AS VARCHAR) AS stored, "
+            "CAST(NULL AS VARCHAR) AS actual, 0 AS drift, 0 AS orphans, 0 AS invalid_counter, "
+            "0 AS inexact, 0 AS counter_behind, 0 AS duplicates, 0 AS missing, "
+            "CAST(NULL AS BIGINT) AS first_missing, 1 AS unindexed FROM facts WHERE role = 'U'"
         )
 
     # --- sequences -----------------------------------------------------------------------
@@ -318,8 +388,8 @@ class AuditQuery:
     def _sequence_candidates(self, rids: list[int]) -> str:
         return (
             f"SELECT rid, {self._group_keys()}, stored, actual, 0 AS drift, 0 AS orphans, "
-            "invalid_counter, inexact, counter_behind, duplicates, missing, first_missing "
-            "FROM judged_sequences "
+            "invalid_counter, inexact, counter_behind, duplicates, missing, first_missing, "
+            "0 AS unindexed FROM judged_sequences "
             "WHERE invalid_counter + inexact + counter_behind + duplicates + missing > 0"
         )
 
@@ -348,16 +418,17 @@ class AuditQuery:
         )
 
     def _matches(self, pattern: Mapping[str, Pattern]) -> str:
-        checks = []
-        for name, p in pattern.items():
-            column = f"i.{self._keys[self.table.names.index(name)]}"
-            if not p.is_prefix:
-                checks.append(f"{column} = {_lit(p.value)}")
-            elif p.value:
-                checks.append(f"substr({column}, 1, {len(p.value)}) = {_lit(p.value)}")
-            else:
-                checks.append(f"{column} IS NOT NULL")
-        return " AND ".join(checks)
+        return " AND ".join(
+            self._match(f"i.{self._keys[self.table.names.index(name)]}", p)
+            for name, p in pattern.items()
+        )
+
+    def _match(self, column: str, p: Pattern) -> str:
+        if not p.is_prefix:
+            return f"{column} = {_lit(p.value)}"
+        if p.value:
+            return f"substr({column}, 1, {len(p.value)}) = {_lit(p.value)}"
+        return f"{column} IS NOT NULL"
 
     def _number(self, text: str, readable: str, numeric: str) -> tuple[str, str]:
         """A member's number as BIGINT (or NULL), and 1 when it is a number too long to read."""

@@ -37,24 +37,21 @@ class AuditWatermarks(AuditTable):
 
     def advance_watermark(self, rule: str, key: Mapping[str, str], to: int) -> bool:
         """Move the watermark forward to ``to``; False when it already stands there or beyond."""
+        return self._move_watermark(
+            rule, key, to, "attribute_not_exists(watermark) OR watermark < :to"
+        )
+
+    def lower_watermark(self, rule: str, key: Mapping[str, str], to: int) -> None:
+        """Move the watermark back to ``to``: a number at or below it is no longer held."""
+        self._move_watermark(rule, key, to, "watermark > :to")
+
+    def _move_watermark(self, rule: str, key: Mapping[str, str], to: int, when: str) -> bool:
         return conditional(
             lambda: self.client.update_item(
                 TableName=self.table_name,
                 Key=serialize(_watermark_key(rule, key)),
                 UpdateExpression="SET watermark = :to",
-                ConditionExpression="attribute_not_exists(watermark) OR watermark < :to",
-                ExpressionAttributeValues=serialize({":to": to}),
-            )
-        )
-
-    def lower_watermark(self, rule: str, key: Mapping[str, str], to: int) -> None:
-        """Move the watermark back to ``to``: a number at or below it is no longer held."""
-        conditional(
-            lambda: self.client.update_item(
-                TableName=self.table_name,
-                Key=serialize(_watermark_key(rule, key)),
-                UpdateExpression="SET watermark = :to",
-                ConditionExpression="watermark > :to",
+                ConditionExpression=when,
                 ExpressionAttributeValues=serialize({":to": to}),
             )
         )

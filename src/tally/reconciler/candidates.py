@@ -25,6 +25,7 @@ PROBLEMS = (
     "counter_behind",
     "duplicates",
     "missing",
+    "unindexed",  # the key is a child's, of a rule whose index cannot hold the item
 )
 
 
@@ -59,6 +60,7 @@ class _Row(BaseModel):
     counter_behind: int = 0
     duplicates: int = 0
     missing: int = 0
+    unindexed: int = 0
     first_missing: int | None = None
 
     @field_validator("*", mode="before")
@@ -104,9 +106,13 @@ def parse_candidate(row: Mapping[str, Any], rules: RuleSet) -> Candidate:
         )
         raise ValueError(f"bad candidate row: {problems}") from None
     try:
-        rules[parsed.rule]
+        rule = rules[parsed.rule]
     except KeyError as error:
         raise ValueError(f"bad candidate row: rule: {error.args[0]}") from None
+    if parsed.unindexed and getattr(rule, "through", None) is None:
+        raise ValueError(
+            f"bad candidate row: unindexed: rule {parsed.rule!r} finds no children through an index"
+        )
     values = parsed.model_dump()
     return Candidate(
         rule=parsed.rule,

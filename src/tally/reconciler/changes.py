@@ -19,6 +19,7 @@ from typing import Any
 
 from tally.core.numbers import add, subtract
 from tally.reconciler.findings import Evidence, shown, timestamp
+from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.balance import counts_balance, numbers_balance
 from tally.reconciler.protocol.judgement import valid_counter
 from tally.reconciler.stream_images import (
@@ -104,6 +105,9 @@ class Group:
     deltas: list[tuple[str, Decimal]] = field(default_factory=list)
     # Count/sum: the counter as the group's first parent record found it (None: not seen).
     counter_before: Decimal | None = None
+    # Children found through an index: the parent as the group's last parent record left it
+    # (lifecycle.state_of; None: no parent record in the batch).
+    parent_state: str | None = None
 
     @property
     def first_seen(self) -> str | None:
@@ -297,6 +301,8 @@ def _fold_parent(
 ) -> None:
     rule = group.rule
     before, after = attr(old, rule.counter), attr(new, rule.counter)
+    if getattr(rule, "through", None) is not None:
+        group.parent_state = _state_after(rule, event, after, new)
     evidence = Evidence(sequence_number, event, keys, shown_value(before), shown_value(after), at)
     if event == "REMOVE":
         group.parent_removed = True
@@ -323,6 +329,15 @@ def _fold_parent(
         if group.counter_before is None:
             group.counter_before = before_n
         group.deltas.append((sequence_number, delta))
+
+
+def _state_after(rule: AnyRule, event: str, counter: Any, new: Mapping[str, Any]) -> str:
+    revision = attr(new, rule.revision) if rule.revision else MISSING
+    return lifecycle.state_of(
+        event != "REMOVE",
+        None if counter is MISSING else counter,
+        None if revision is MISSING else revision,
+    )
 
 
 def _fold_child(

@@ -28,7 +28,7 @@ from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.reporter import Reporter
-from tally.reconciler.scheduling import Scheduler
+from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED, Scheduler
 from tally.reconciler.second_looks import SecondLooks, observation
 from tally.reconciler.stats import StatsBook
 from tally.rules import CountRule, Key, SumRule
@@ -118,7 +118,7 @@ class Counts:
         ):
             # Every child went away and nothing else moved: a deletion that takes the
             # children first and the parent next (a BatchWriteItem is no transaction).
-            self._looks.look_again(rule, key, finding, "emptied: waiting for a cascade")
+            self._looks.look_again(rule, key, finding, EMPTIED)
             return
         if self.repair(rule, key, snapshot, finding):
             return
@@ -187,7 +187,7 @@ class Counts:
             if attempt:
                 time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
             before = first if first and not attempt else self._table.read_parent(rule, key)
-            tally = self._table.tally_children(rule, key)
+            tally = self._table.tally_children(rule, key, before.counter)
             after = self._table.read_parent(rule, key)
             if not before.same_as(after):
                 agreed = None
@@ -295,36 +295,53 @@ class Counts:
             replace(finding, detail=detail).with_repair(Repair("skipped", why))
         )
 
-    def verify_indexed(self, rule: TallyRule, key: Key, observed: Observed | None) -> None:
+    def verify_indexed(
+        self, rule: TallyRule, key: Key, observed: Observed | None, reference: str | None
+    ) -> None:
         """Judge a parent whose children are found through an index, a grace after its change.
 
-        One recount through an eventually consistent index may miss a child written moments
-        ago: a finding stands only when a recount a grace later sees the same counter and the
-        same truth (``observed`` is what the earlier one saw). The repair is then fenced on
-        the counter and revision the second recount read, and on the parent existing.
+        A write that moved the parent less than a grace ago may not be in the index yet, and
+        may hide a fault or fake one. So a look judges only a parent that held still since
+        ``reference`` (its state when the batch, or the look, that sent it here saw it, a
+        grace ago); otherwise it looks again a grace later, from the state it read. A finding
+        stands only when the next look sees the same counter and the same truth
+        (``observed``); the repair is then fenced on the counter and revision that look read,
+        and on the parent existing.
         """
+        assert rule.through is not None
+        grace = rule.through.grace_seconds
         snapshot = self.settled_recount(rule, key)
+        parent = snapshot.parent if snapshot else ParentState(False)
+        state = lifecycle.state_of(parent.exists, parent.counter, parent.revision)
+        if snapshot is not None and state != reference:
+            finding = self.finding_of(rule, key, snapshot, None)
+            if finding is None or finding.kind != "orphans":
+                seen = None
+                if finding is not None:
+                    self._reporter.unconfirmed(finding)
+                    seen = observation(finding)
+                self._scheduler.schedule(
+                    rule, key, 0, INDEX_MOVED, seen, delay=grace, reference=state
+                )
+                return
         finding = self._judged(rule, key, snapshot, None, None)
         if snapshot is None or finding is None:
             return
-        if finding.kind == "orphans":
+        if finding.kind == "orphans":  # a second look of its own, an orphan grace later
             self._looks.judge_orphans(rule, key, finding, observed)
             return
-        assert rule.through is not None
-        grace = rule.through.grace_seconds
         seen = observation(finding)
         if not lifecycle.held(observed, seen):
             self._reporter.unconfirmed(finding)
-            reason = "children found through an index: confirming a grace later"
-            self._scheduler.schedule(rule, key, 0, reason, seen, delay=grace)
+            self._scheduler.schedule(
+                rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
+            )
             return
         held = f"the same counter and truth through index {rule.through.index!r} {grace} s apart"
         finding = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
         if not self.repair(rule, key, snapshot, finding):
-            # The parent moved after the second recount: its own records bring a recheck,
-            # and this one looks again, afresh.
-            reason = "children found through an index unbalanced"
-            self._scheduler.schedule(rule, key, 0, reason, delay=grace)
+            # The parent moved after this recount: look again, from what is there then.
+            self._scheduler.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
 
     def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> None:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""

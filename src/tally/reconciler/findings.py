@@ -36,6 +36,7 @@ SEVERITY: dict[Kind, Severity] = {
     "orphans": "warning",
     "malformed": "warning",  # a child's amount is not a number: it counts 0
     "unrepresentable": "critical",  # the truth needs more digits than any counter holds
+    "unindexed": "warning",  # keyed as a child, but its index cannot see it: counts 0
 }
 
 

@@ -12,6 +12,11 @@ The scan engine keeps one item collection at a time: a parent's children share i
 partition key, and a scan returns a partition's items together. Should a collection come
 back in pieces, every piece without its parent is itself a candidate, so the recount still
 sees the whole collection: a split costs a recount, never a missed drift.
+
+Children found through an index (``through`` rules) live in other item collections: their
+parents' truth is gathered over the whole scan, by the base table's attributes (the parent
+an item's index key names), one entry per such parent. Items keyed as their children that
+the index cannot hold are reported as ``unindexed`` (``tally.reconciler.unindexed``).
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ from tally.core.numbers import add, number
 from tally.reconciler.candidates import Candidate
 from tally.reconciler.findings import Off
 from tally.reconciler.rechecks import Recheck
+from tally.reconciler.scheduling import INDEX_CONFIRM, INDEX_MOVED
+from tally.reconciler.unindexed import finding as unindexed_finding
+from tally.reconciler.unindexed import read_unindexed, unindexed
 from tally.reconciler.verification import Reconciler
 from tally.rules import (
     AnyRule,
@@ -41,6 +49,7 @@ from tally.rules import (
     Key,
     SequenceRule,
     SumRule,
+    TableKeys,
 )
 
 Progress = Callable[[int], None]
@@ -48,6 +57,13 @@ Progress = Callable[[int], None]
 _QUEUE_SIZE = 1000
 # A 1 MB page of small items parses into tens of MB of Python objects, per segment.
 PAGE_ITEMS = 1000
+
+
+# Looks an inline audit takes itself: a parent whose children are found through an index
+# needs three (docs/verification.md, "Children found through an index"); later ones are
+# left to the recheck queue.
+INLINE_LOOKS = 3
+INDEX_LOOKS = frozenset({INDEX_MOVED, INDEX_CONFIRM})
 
 
 @dataclass
@@ -63,6 +79,9 @@ class AuditReport:
     candidates: int = 0
     recounted: int = 0
     sequences: int = 0
+    # Items keyed as children of a ``through`` rule that its index cannot hold, as the engine
+    # saw them (each is read again before it is reported).
+    unindexed: int = 0
     findings: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
@@ -80,6 +99,7 @@ class AuditReport:
             "candidates": self.candidates,
             "recounted": self.recounted,
             "sequences_checked": self.sequences,
+            "unindexed_seen": self.unindexed,
             "findings": dict(self.findings),
             "repairs": dict(self.repairs),
             "seconds": round(self.seconds, 3),
@@ -155,22 +175,55 @@ class Audit:
         reconciler.hold_cascade_rechecks(None if defer else self._later)
         reconciler.audit_parent(target, key)  # aggregated: a finding only a lag later
 
+    def check_unindexed(self, target: CountRule | SumRule, key: Key) -> None:
+        """A child-like item the index could not hold when the engine read it: read again
+        (consistently), and reported as ``unindexed`` if it still is; never repaired."""
+        self.report.unindexed += 1
+        reconciler = self.reconciler
+        table = reconciler.table
+        why, response = read_unindexed(
+            table.client, table.name, target, key, reconciler.rules.table
+        )
+        table.reads.add(response, 1 if "Item" in response else 0)
+        if why is not None:
+            # Audit-only: no recount can see it, so it goes straight to the reporter.
+            reconciler._reporter.alert_unrepaired(unindexed_finding(target, table.name, key, why))
+
     def check_candidates(self, candidates: Iterable[Candidate], defer: bool) -> None:
         """The audit query's rows, each through the same path as a scanned candidate."""
         for candidate in candidates:
             target = self.reconciler.rules[candidate.rule]
+            if candidate.problems.get("unindexed"):
+                assert isinstance(target, CountRule | SumRule)  # parse_candidate checked it
+                self.check_unindexed(target, candidate.key)
+                continue
             self.report.parents[target.name] += 1
             self.check(target, candidate.key, defer, candidate.counter_seen)
 
     def finish(self) -> AuditReport:
-        """Judge the inline sequences once their horizons are a grace period old; report."""
-        grace = max((_grace(self.reconciler, r) for r in self._due), default=0)
-        grace = max([grace, *(delay for _, delay in self._later)])
-        if grace > 0:
-            self._sleep(grace)  # every horizon was read by now: one wait ages them all
-        self.reconciler.hold_cascade_rechecks(None)  # a second look that differs: the queue
-        for recheck in [*self._due, *(recheck for recheck, _ in self._later)]:
-            self.reconciler.recheck(recheck)
+        """Judge the inline sequences once their horizons are a grace period old, and take
+        the later looks the parents ask for (children found through an index take up to
+        three: their parent held still, then the same truth twice); report."""
+        due = [(recheck, _grace(self.reconciler, recheck)) for recheck in self._due]
+        due += self._later
+        for look in range(INLINE_LOOKS):
+            if not due:
+                break
+            grace = max(delay for _, delay in due)
+            if grace > 0:
+                self._sleep(grace)  # every horizon was read by now: one wait ages them all
+            self._later = []
+            last = look == INLINE_LOOKS - 1
+            self.reconciler.hold_cascade_rechecks(None if last else self._later)
+            for recheck, _ in due:
+                self.reconciler.recheck(recheck)
+            # Only an index's looks are taken again here; a second look that differs
+            # (a cascade still under way) goes to the queue.
+            due = [(r, delay) for r, delay in self._later if r.reason in INDEX_LOOKS]
+            for recheck, delay in self._later:
+                if recheck.reason not in INDEX_LOOKS:
+                    self.reconciler.rechecks.schedule(recheck, delay)
+        self.reconciler.hold_cascade_rechecks(None)
         self.reconciler.flush_alerts()
         stats = self.reconciler.stats
         self.report.findings = stats.findings - self._before[0]
@@ -204,12 +257,15 @@ def full_audit(
             audit.report.parents[target.name] += 1
             audit.check(target, dict(parent), defer_sequences)
         return audit.finish()
+    indexed = _Indexed()
     # Closed on the way out, error or not, so the scanning threads stop with the audit.
-    with closing(_scan(reconciler, rules, segments, audit.report, progress)) as scanned:
+    with closing(_scan(reconciler, rules, segments, audit.report, progress, indexed)) as scanned:
         for target, key, seen in scanned:
             audit.report.parents[target.name] += 1
             if isinstance(target, SequenceRule) or _disagrees(target, seen):
                 audit.check(target, key, defer_sequences, seen.counter if seen.exists else None)
+    for target, key in indexed.unindexed:
+        audit.check_unindexed(target, key)
     return audit.finish()
 
 
@@ -230,6 +286,34 @@ def _disagrees(rule: AnyRule, seen: _Seen) -> bool:
 _Entry = tuple[AnyRule, Key, _Seen]
 
 
+class _Indexed:
+    """What the segments gather for ``through`` rules over the whole scan: each parent's
+    counter and its children's truth (a child is in another item collection, so in any
+    segment), and the child-like items the index cannot hold."""
+
+    def __init__(self) -> None:
+        self.parents: dict[tuple[str, str], _Entry] = {}
+        self.unindexed: list[tuple[CountRule | SumRule, Key]] = []
+        self._lock = threading.Lock()
+
+    def add(
+        self, target: CountRule | SumRule, role: str, item: Any, keys: TableKeys, key: Key
+    ) -> None:
+        """One item that plays ``role`` (parent, or indexed child) for ``target``."""
+        if role == "parent":
+            with self._lock:
+                _tally(self.parents, target, role, key, item)
+            return
+        if unindexed(target, item, keys) is not None:
+            with self._lock:
+                self.unindexed.append((target, key))
+            return
+        parent = target.indexed_parent(item, keys)
+        if parent is not None:
+            with self._lock:
+                _tally(self.parents, target, "child", parent, item)
+
+
 @dataclass
 class _Done:
     """A segment's end: what it read, which index sequences it saw members of, or its error."""
@@ -248,8 +332,10 @@ def _scan(
     segments: int,
     report: AuditReport,
     progress: Progress | None,
+    indexed: _Indexed,
 ) -> Generator[_Entry, None, None]:
-    """Parallel scan segments; each item collection is judged once it has been read."""
+    """Parallel scan segments; each item collection is judged once it has been read, the
+    parents of ``through`` rules once every segment has been (gathered in ``indexed``)."""
     names = {r.name for r in rules}
     found: queue.Queue[_Entry | _Done] = queue.Queue(_QUEUE_SIZE)
     stop = threading.Event()
@@ -258,7 +344,16 @@ def _scan(
     ledger: dict[str, list[tuple[int, Key]]] = {}
     with ThreadPoolExecutor(segments) as pool:
         for segment in range(segments):
-            pool.submit(_scan_segment, reconciler, names, segment, segments, found, stop, progress)
+            pool.submit(
+                _scan_segment,
+                reconciler,
+                names,
+                (segment, segments),
+                found,
+                stop,
+                progress,
+                indexed,
+            )
         try:
             done = 0
             while done < segments:
@@ -277,6 +372,8 @@ def _scan(
                 yield entry
         finally:
             stop.set()
+    yield from indexed.parents.values()
+    indexed.parents.clear()
     # Index-layout members live in their own partitions; the counter is judged on its own.
     for name in sorted(members - counters):
         target = reconciler.rules[name]
@@ -292,17 +389,19 @@ def _scan(
 def _scan_segment(
     reconciler: Reconciler,
     names: set[str],
-    segment: int,
-    segments: int,
+    part: tuple[int, int],
     found: queue.Queue[_Entry | _Done],
     stop: threading.Event,
     progress: Progress | None,
+    indexed: _Indexed,
 ) -> None:
+    segment, segments = part
     done = _Done()
     members: set[str] = set()
     counters: set[str] = set()
     try:
-        pk = reconciler.rules.table.partition_key
+        keys = reconciler.rules.table
+        pk = keys.partition_key
         collection: dict[tuple[str, str], _Entry] = {}
         current: Any = None
         for page in _pages(reconciler, segment, segments):
@@ -322,6 +421,10 @@ def _scan_segment(
                 for match in reconciler.rules.classify(item):
                     target = match.rule
                     if target.name not in names:
+                        continue
+                    if isinstance(target, CountRule | SumRule) and target.through is not None:
+                        own = reconciler.rules.key_of(item)
+                        indexed.add(target, match.role, item, keys, own)
                         continue
                     if isinstance(target, SequenceRule) and isinstance(
                         target.members, AttributeMembers

@@ -74,7 +74,12 @@ class GroupVerifier:
             # between them: no carry. The index may not show this batch's writes yet.
             reason = "children found through an index unbalanced"
             self._scheduler.schedule(
-                rule, group.parent_key, 0, reason, delay=rule.through.grace_seconds
+                rule,
+                group.parent_key,
+                0,
+                reason,
+                delay=rule.through.grace_seconds,
+                reference=group.parent_state,
             )
             return True
         first = None

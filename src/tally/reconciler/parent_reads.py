@@ -38,12 +38,14 @@ class ParentReads(TableAccess):
             revision = NULL  # a NULL revision is no absent one: no repair can bump it
         return ParentState(True, item.get(rule.counter, ABSENT), revision)
 
-    def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
+    def tally_children(
+        self, rule: CountRule | SumRule, parent_key: Key, counter: Any = ABSENT
+    ) -> Tally:
         """Count or sum the children with paginated consistent queries (through an index:
-        see ``_tally_indexed``)."""
+        see ``_tally_indexed``; ``counter``: what the parent holds)."""
         self.reads.recounted()
         if rule.through is not None:
-            return self._tally_indexed(rule, parent_key)
+            return self._tally_indexed(rule, parent_key, counter)
         request = self._children_request(rule, parent_key)
         names = Names.of(self._pk, self._sk, rule.summed if isinstance(rule, SumRule) else None)
         if isinstance(rule, SumRule):
@@ -72,14 +74,15 @@ class ParentReads(TableAccess):
                 unreadable.append((self.rules.key_of(item), amount))
         return Tally(total, children, tuple(unreadable))
 
-    def _tally_indexed(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
-        """Count or sum the children found through the rule's index, each confirmed by a
-        consistent read of its base item.
+    def _tally_indexed(self, rule: CountRule | SumRule, parent_key: Key, counter: Any) -> Tally:
+        """Count or sum the children found through the rule's index.
 
-        An index is eventually consistent: an entry may be stale (the child since deleted,
-        moved to another parent or out of the counted status), so only base items that still
-        name this parent count. A child the index does not show yet is not found here: the
-        caller recounts only after the index grace, and judges on two agreeing recounts.
+        The index is eventually consistent: an entry may be stale (the child since deleted,
+        moved to another parent or out of the counted status). When the index's own entries
+        agree with ``counter`` that is the answer; otherwise each hit is confirmed by a
+        consistent read of its base item, and only base items that still name this parent
+        count. A child the index does not show yet is not found here: the caller looks only a
+        grace after the parent's last change, and judges on two agreeing looks.
         """
         through = rule.through
         assert through is not None
@@ -99,17 +102,22 @@ class ParentReads(TableAccess):
             ReturnConsumedCapacity="TOTAL",
         )
         claimed = self.rules.claimed_by(rule)
-        hits: dict[tuple[str, ...], Key] = {}
+        hits: dict[tuple[str, ...], Item] = {}
         for page in pages:
             self.reads.add(page, page["ScannedCount"])
             for raw in page["Items"]:
-                key = self.rules.key_of(deserialize(raw))
+                item = deserialize(raw)
+                key = self.rules.key_of(item)
                 if claimed(key):
-                    hits[tuple(key.values())] = key
+                    hits[tuple(key.values())] = item
+        indexed = self._tally(rule, len(hits), list(hits.values()))
+        if indexed.actual == counter and not indexed.unreadable:
+            return indexed
         summed = rule.summed if isinstance(rule, SumRule) else None
+        keys = [self.rules.key_of(item) for item in hits.values()]
         confirmed = [
             item
-            for item in self._get_items(hits.values(), *through.attributes, summed)
+            for item in self._get_items(keys, *through.attributes, summed)
             # Not a stale entry: the child did not move, nor leave the counted status.
             if rule.indexed_parent(item, self.rules.table) == parent_key
         ]

@@ -31,6 +31,9 @@ class Recheck:
     # the removals of the counter item); a recheck from an earlier life judges no gap.
     epoch: int = 0
     carry_through: int = 0
+    # Children found through an index: the parent's state (lifecycle.state_of) when the
+    # batch or look that sent it here saw it; a look judges only a parent that held still.
+    reference: str | None = None
 
 
 class RecheckQueue:
@@ -49,6 +52,8 @@ class RecheckQueue:
             del body["epoch"]  # a sequence whose counter item was never removed
         if not recheck.carry_through:
             del body["carry_through"]
+        if recheck.reference is None:
+            del body["reference"]
         self.sqs.send_message(
             QueueUrl=self.queue_url,
             MessageBody=json.dumps(body, sort_keys=True),
@@ -67,6 +72,7 @@ class _RecheckBody(BaseModel):
     carry_since: int = Field(default=0, ge=0)
     epoch: int = Field(default=0, ge=0)
     carry_through: int = Field(default=0, ge=0)
+    reference: str | None = None
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -88,4 +94,5 @@ def parse_recheck(body: str) -> Recheck:
         parsed.carry_since,
         parsed.epoch,
         parsed.carry_through,
+        parsed.reference,
     )

@@ -10,8 +10,14 @@ from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.stats import StatsBook
 from tally.rules import CountRule, Key, SequenceRule, SumRule
 
+# Why a parent is looked at again (second looks of parents that are gone, and the looks of
+# a parent whose children are found through an index).
+CASCADE = "orphans: waiting for a cascade"
+EMPTIED = "emptied: waiting for a cascade"
+INDEX_MOVED = "children found through an index: the parent moved"
+INDEX_CONFIRM = "children found through an index: confirming a grace later"
 # Rechecks an inline full audit waits out itself instead of sending them to the queue.
-CASCADE_REASONS = frozenset({"orphans: waiting for a cascade", "emptied: waiting for a cascade"})
+HELD_BY_AN_INLINE_AUDIT = frozenset({CASCADE, EMPTIED, INDEX_MOVED, INDEX_CONFIRM})
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class Scheduler:
         carry_since: int = 0,
         delay: int | None = None,
         carry_through: int = 0,
+        reference: str | None = None,
     ) -> None:
         if delay is None:
             delay = self._delay(rule, carry_since)
@@ -62,9 +69,17 @@ class Scheduler:
         if isinstance(rule, SequenceRule) and counter_seen:
             epoch = self._store.sequence_state(rule.name, key)[1]  # the horizon's life
         recheck = Recheck(
-            rule.name, key, counter_seen, reason, observed, carry_since, epoch, carry_through
+            rule.name,
+            key,
+            counter_seen,
+            reason,
+            observed,
+            carry_since,
+            epoch,
+            carry_through,
+            reference,
         )
-        if self.held is not None and reason in CASCADE_REASONS:
+        if self.held is not None and reason in HELD_BY_AN_INLINE_AUDIT:
             self.held.append((recheck, delay))  # the full audit waits them out
             return
         self._queue.schedule(recheck, delay)

@@ -6,7 +6,7 @@ from tally.reconciler.findings import Finding, Repair
 from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.reporter import Reporter
-from tally.reconciler.scheduling import Scheduler
+from tally.reconciler.scheduling import CASCADE, Scheduler
 from tally.rules import CountRule, Key, SequenceRule, SumRule
 
 
@@ -34,7 +34,7 @@ class SecondLooks:
         they are a finding only once the same ones were seen a grace period apart. Alert-only:
         no parent (or counter item) is ever created for them."""
         if rule.orphan_grace_seconds and not lifecycle.same(observed, observation(finding)):
-            self.look_again(rule, key, finding, "orphans: waiting for a cascade", counter_seen)
+            self.look_again(rule, key, finding, CASCADE, counter_seen)
             return
         why = "the reconciler never creates a parent or counter item, nor deletes children"
         self._reporter.alert_unrepaired(finding.with_repair(Repair("skipped", why)))

@@ -18,7 +18,7 @@ from tally.reconciler.findings import Finding, Repair, shown
 from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.member_reads import MemberReads
 from tally.reconciler.protocol import gaps
-from tally.reconciler.protocol.judgement import ParentState, valid_revision
+from tally.reconciler.protocol.judgement import Kind, ParentState, valid_revision
 from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.repairer import Repairer
@@ -58,6 +58,17 @@ class Sequences:
         self._ledger = ledger
         self._ledger_lock = threading.Lock()
 
+    def _finding(self, rule: SequenceRule, key: Key, kind: Kind, **fields: Any) -> Finding:
+        """A finding on the sequence's counter (``fields``: what else it holds)."""
+        return Finding(
+            kind=kind,
+            rule=rule.name,
+            table=self._table.name,
+            key=key,
+            attribute=rule.counter,
+            **fields,
+        )
+
     @property
     def ledger(self) -> MemberLedger:
         """The member ledger (attribute-layout sequences), made on first use."""
@@ -85,12 +96,10 @@ class Sequences:
         """A sequence never goes backwards: a decrease is a finding now, even if healed later."""
         for evidence in group.decreases:
             self._reporter.alert_unrepaired(
-                Finding(
-                    kind="counter_behind",
-                    rule=rule.name,
-                    table=self._table.name,
-                    key=group.parent_key,
-                    attribute=rule.counter,
+                self._finding(
+                    rule,
+                    group.parent_key,
+                    "counter_behind",
                     stored=evidence.new,
                     actual=evidence.old,
                     evidence=(evidence,),
@@ -169,12 +178,10 @@ class Sequences:
         if not rule.has_counter:
             return max(remaining)[1]
         count = len(remaining)
-        finding = Finding(
-            kind="counter_behind",
-            rule=rule.name,
-            table=self._table.name,
-            key=key,
-            attribute=rule.counter,
+        finding = self._finding(
+            rule,
+            key,
+            "counter_behind",
             stored=None,
             actual=Decimal(max(remaining)[0]),
             detail=f"the counter item does not exist; {count} members remain",
@@ -220,12 +227,10 @@ class Sequences:
         if standing == "ok":
             return 0
         valid = standing == "behind"
-        finding = Finding(
-            kind="counter_behind" if valid else "invalid_counter",
-            rule=rule.name,
-            table=self._table.name,
-            key=key,
-            attribute=rule.counter,
+        finding = self._finding(
+            rule,
+            key,
+            "counter_behind" if valid else "invalid_counter",
             stored=stored if valid else shown(stored),
             actual=Decimal(highest),
             revision=counter.revision,
@@ -259,12 +264,10 @@ class Sequences:
         duplicated = gaps.duplicates(held)
         for number, count in duplicated:
             self._reporter.alert_unrepaired(
-                Finding(
-                    kind="duplicate",
-                    rule=rule.name,
-                    table=self._table.name,
-                    key=key,
-                    attribute=rule.counter,
+                self._finding(
+                    rule,
+                    key,
+                    "duplicate",
                     stored=Decimal(count),
                     actual=Decimal(1),
                     number=rule.shown_number(number),
@@ -291,12 +294,10 @@ class Sequences:
         ``held`` learns the numbers now voided or found, so the watermark can pass them.
         None: the sequence went away (its ``anchor`` is gone): nothing is reported.
         """
-        base = Finding(
-            kind="gap",
-            rule=rule.name,
-            table=self._table.name,
-            key=key,
-            attribute=rule.counter,
+        base = self._finding(
+            rule,
+            key,
+            "gap",
             stored=shown(stored),
             actual=None,
             number=rule.shown_number(low),

@@ -150,7 +150,7 @@ class Reconciler:
             # Never carried; a carry recheck left from before the lag was set is judged too.
             self._counts.verify_aggregated(rule, key, recheck.observed)
         elif rule.through is not None:
-            self._counts.verify_indexed(rule, key, recheck.observed)
+            self._counts.verify_indexed(rule, key, recheck.observed, recheck.reference)
         elif recheck.carry_since:
             since, through = recheck.carry_since, recheck.carry_through
             if not self._carries.recheck(rule, key, since, through, self._counts.recount):
@@ -167,7 +167,7 @@ class Reconciler:
         if rule.lag_seconds is not None:
             self._counts.verify_aggregated(rule, key, None)
         elif rule.through is not None:
-            self._counts.verify_indexed(rule, key, None)
+            self._counts.verify_indexed(rule, key, None, None)
         else:
             self._counts.verify_parent(rule, key, None)
 

@@ -1,6 +1,11 @@
 """Count and sum writers (reference counts): the child write and the counter bump in one
 transaction.
 
+A child found through an index (a rule with ``through``) names its parent in its index key
+attributes, not in its key: the writer derives the parent from the item it writes, or from
+the item it read, and fences the write on the index key values read (``tally.writers.indexed``).
+``move_child`` re-parents such a child, or moves it out of or into the counted status.
+
 Every call reports what it did. Each transaction carries a fresh ``ClientRequestToken``:
 botocore's retry of it after a lost response is a replay of the same commit, and a repeated
 call is a new request (like, unlike, like again all count). Under an idempotency key a guard
@@ -11,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
+from decimal import Decimal
 from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
@@ -24,32 +29,31 @@ from tally.core.dynamodb import (
     serialize,
     transact,
 )
-from tally.rules import CountRule, Key, Match, RuleSet, SumRule, TableKeys
-from tally.writers import items
+from tally.rules import CountRule, Key, Match, RuleSet, SumRule
+from tally.writers import indexed, items
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
-    InvalidCounterError,
     InvalidRequestError,
-    ParentNotFoundError,
 )
+from tally.writers.fenced import fenced_writes
 from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
 from tally.writers.reserved import refuse_reserved, reserved_attributes
 from tally.writers.transactions import (
-    REVISION_LIMIT,
     new_token,
-    number_or_none,
-    old_item,
     read_item,
     retrying,
-    revision_guard,
 )
 
 Outcome = Literal["created", "already_present", "removed", "not_present", "changed", "unchanged"]
-_Operation = Literal["add", "remove", "change"]
-_DONE: dict[_Operation, Outcome] = {"add": "created", "remove": "removed", "change": "changed"}
-# Exact differences of two DynamoDB numbers (exponents -168..125) fit in 300 digits.
-_EXACT = Context(prec=300)
+_Operation = Literal["add", "remove", "change", "move"]
+_DONE: dict[_Operation, Outcome] = {
+    "add": "created",
+    "remove": "removed",
+    "change": "changed",
+    "move": "changed",
+}
 
 
 @dataclass(frozen=True)
@@ -62,94 +66,10 @@ class WriteResult:
     attempts: int = 1
 
 
-def total_limit(rule: CountRule | SumRule) -> Decimal:
-    """The largest counter a writer adds to: 38 digits, ``scale`` of them decimal places."""
-    scale = rule.scale if isinstance(rule, SumRule) else 0
-    return Decimal((0, (9,) * items.MAX_DIGITS, -scale))
-
-
-def parent_update(
-    table: str,
-    parent_key: Key,
-    rule: CountRule | SumRule,
-    delta: Decimal,
-    keys: TableKeys,
-) -> dict[str, Any]:
-    """ADD delta to the counter and 1 to the revision, only on an existing parent whose
-    counter and revision are numbers that stay exact after the ADD (every check in the
-    update's own condition, so a refusal writes nothing)."""
-    partition_key = keys.partition_key
-    names = Names.of(partition_key, rule.counter, rule.revision)
-    counter = names[rule.counter]
-    adds = [f"{counter} :delta"]
-    limit = total_limit(rule)
-    # From these bounds (a number compares false with any other type), adding delta cannot
-    # leave ±limit. Rounded inwards to the 38 digits an expression value may have.
-    guards = [
-        f"attribute_exists({names[partition_key]})",
-        f"(attribute_not_exists({counter}) OR {counter} BETWEEN :low AND :high)",
-    ]
-    values: dict[str, Any] = {":delta": delta}
-    with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_CEILING)):
-        values[":low"] = -limit - delta
-    with localcontext(Context(prec=items.MAX_DIGITS, rounding=ROUND_FLOOR)):
-        values[":high"] = limit - delta
-    revision, revision_values = revision_guard(names, rule.revision)
-    guards += revision
-    values |= revision_values
-    if rule.revision is not None:
-        adds.append(f"{names[rule.revision]} :one")
-        values[":one"] = Decimal(1)
-    return {
-        "Update": {
-            "TableName": table,
-            "Key": serialize(keys.typed(parent_key)),
-            "UpdateExpression": "ADD " + ", ".join(adds),
-            "ConditionExpression": " AND ".join(guards),
-            "ExpressionAttributeNames": names.expression_names,
-            "ExpressionAttributeValues": serialize(values),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-    }
-
-
-def judge_parent(
-    parent: Mapping[str, Any] | None, key: Key, rule: CountRule | SumRule
-) -> Mapping[str, Any]:
-    """The parent, after ParentNotFound or InvalidCounter for what a writer cannot add to."""
-    if parent is None:
-        raise ParentNotFoundError(key)
-    scale = rule.scale if isinstance(rule, SumRule) else 0
-    number_or_none(parent, rule.counter, key, limit=total_limit(rule), scale=scale)
-    if rule.revision is not None:
-        number_or_none(parent, rule.revision, key, limit=REVISION_LIMIT, scale=0)
-    return parent
-
-
-def raise_for_parent(
-    cancelled: Cancelled,
-    index: int,
-    key: Key,
-    rule: CountRule | SumRule,
-    delta: Decimal,
-    out_of_range: Exception | None = None,
-) -> None:
-    """Turn the parent's failed condition into ParentNotFound or InvalidCounter, or, when its
-    numbers are fine, ``out_of_range`` (a sum's total would leave the range it keeps)."""
-    if not cancelled.failed(index):
-        return
-    parent = judge_parent(old_item(cancelled, index), key, rule)
-    if out_of_range is not None:
-        raise out_of_range
-    value = parent.get(rule.counter)
-    raise InvalidCounterError(
-        key, rule.counter, value, f"holds {value}: adding {delta} would pass ±{total_limit(rule)}"
-    )
-
-
 @dataclass(frozen=True)
 class _Write:
-    """One call: its target, its key's request, and (change) the amount it sets."""
+    """One call: its target, its key's request, and (change) the amount or (move) the index
+    key values it sets. ``parent_key`` is empty for a child found through an index."""
 
     operation: _Operation
     key: Key
@@ -157,6 +77,8 @@ class _Write:
     rule: CountRule | SumRule
     keyed: Keyed | None
     new: Decimal | None = None
+    index: Mapping[str, Any] | None = None
+    item: Mapping[str, Any] | None = None
 
 
 class TallyWriter:
@@ -180,13 +102,20 @@ class TallyWriter:
         *,
         idempotency_key: str | None = None,
     ) -> WriteResult:
-        """Put the child if absent and add 1 (count) or its amount (sum) to the parent."""
+        """Put the child if absent and add 1 (count) or its amount (sum) to the parent.
+
+        A child found through an index carries its index key attributes in ``attributes``
+        (and the status, for a rule with ``sort_prefix``): they name its parent."""
         match = self._match(key)
         rule = match.rule
         assert isinstance(rule, CountRule | SumRule)
         item = self._child_item(rule, key, attributes or {})
+        parent_key = match.parent_key
+        if rule.through is not None:
+            indexed.check_index_keys(rule, self._keys, item, ("attributes",))
+            parent_key = indexed.named_parent(rule, item, self._keys, ("attributes",))
         keyed = self.guards.request(idempotency_key, "add", key, item)
-        write = _Write("add", dict(key), match.parent_key, rule, keyed)
+        write = _Write("add", dict(key), parent_key, rule, keyed, item=item)
         delta = item[rule.summed] if isinstance(rule, SumRule) else Decimal(1)
         names = Names.of(self._pk)
         child = {
@@ -197,10 +126,9 @@ class TallyWriter:
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        parent = parent_update(self.table_name, match.parent_key, rule, delta, self._keys)
         amount = ("attributes", rule.summed) if isinstance(rule, SumRule) else None
         try:
-            return self._commit(write, [child, parent], amount, delta)
+            return self._commit(write, child, [(parent_key, delta)], amount)
         except Cancelled as cancelled:
             return self._settle(write, "already_present", cancelled.attempts)
 
@@ -213,8 +141,8 @@ class TallyWriter:
         assert isinstance(rule, CountRule | SumRule)
         keyed = self.guards.request(idempotency_key, "remove", key)
         write = _Write("remove", dict(key), match.parent_key, rule, keyed)
-        if isinstance(rule, SumRule):
-            return self._change_sum_child(write, ("key",))
+        if isinstance(rule, SumRule) or rule.through is not None:
+            return self._read_and_write(write, ("key",))
         names = Names.of(self._pk)
         child = {
             "Delete": {
@@ -224,9 +152,8 @@ class TallyWriter:
                 "ExpressionAttributeNames": names.expression_names,
             }
         }
-        parent = parent_update(self.table_name, match.parent_key, rule, Decimal(-1), self._keys)
         try:
-            return self._commit(write, [child, parent], None, Decimal(-1))
+            return self._commit(write, child, [(match.parent_key, Decimal(-1))], None)
         except Cancelled as cancelled:
             return self._settle(write, "not_present", cancelled.attempts)
 
@@ -244,17 +171,49 @@ class TallyWriter:
         new = in_domain(amount, rule, ("amount",))
         keyed = self.guards.request(idempotency_key, "change", key, new)
         write = _Write("change", dict(key), match.parent_key, rule, keyed, new)
-        return self._change_sum_child(write, ("amount",))
+        return self._read_and_write(write, ("amount",))
+
+    def move_child(
+        self,
+        key: Mapping[str, str],
+        attributes: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> WriteResult:
+        """Set a child's index key attributes (None removes one), found through an index, and
+        move its count (or amount) from the parent its stored item names to the parent the
+        new values name: a re-parent, or a move out of or into the counted status (one side
+        then no parent). ``changed``, ``unchanged`` or ``not_present``."""
+        match = self._match(key)
+        rule = match.rule
+        assert isinstance(rule, CountRule | SumRule)
+        if rule.through is None:
+            raise InvalidRequestError(
+                ("key",),
+                f"rule {rule.name!r} counts the children of its parent's item collection: "
+                "only a child found through an index ('through') moves between parents",
+            )
+        moves = indexed.index_values(rule, self._keys, attributes, ("attributes",))
+        keyed = self.guards.request(idempotency_key, "move", key, moves)
+        write = _Write("move", dict(key), match.parent_key, rule, keyed, index=moves)
+        return self._read_and_write(write, ("attributes",))
 
     # --- requests -----------------------------------------------------------------------
 
     def _match(self, key: Mapping[str, Any]) -> Match:
+        """The count or sum rule the key is a child of (in its parent's item collection, or
+        found through an index), in the rules' order."""
         try:
-            match = self.rules.child_match(key)
+            self.rules.validate_key(key)
         except ValueError as error:
             raise InvalidRequestError(("key",), str(error)) from None
-        items.check_key(key, self.rules.table, ("key",))
-        return match
+        for match in self.rules.classify(key):
+            if match.role in ("child", "indexed"):
+                items.check_key(key, self.rules.table, ("key",))
+                return match
+        raise InvalidRequestError(
+            ("key",), f"key {dict(key)} is not a child of any count or sum rule"
+        )
 
     def _child_item(
         self,
@@ -279,34 +238,53 @@ class TallyWriter:
     # --- committing ---------------------------------------------------------------------
 
     def _commit(
-        self, write: _Write, writes: list[dict[str, Any]], amount: Field | None, delta: Decimal
+        self,
+        write: _Write,
+        child: dict[str, Any],
+        parents: list[tuple[Key, Decimal]],
+        amount: Field | None,
     ) -> WriteResult:
-        """Commit the writes (and the key's guard); ``Cancelled`` when the child's condition
+        """Commit the child's write, each parent's ``ADD delta`` (none, one, or the old and
+        the new parent of a move) and the key's guard; ``Cancelled`` when the child's condition
         failed, which the caller turns into its outcome."""
         done = _DONE[write.operation]
+        rule = write.rule
+        writes = [child]
+        writes += [parent_update(self.table_name, k, rule, d, self._keys) for k, d in parents]
         guard = [self.guards.put(write.keyed, done)] if write.keyed else []
         try:
             committed = transact(self.client, [*writes, *guard], new_token(), self.backoff)
         except Cancelled as cancelled:
             if write.keyed and (record := self.guards.taken(cancelled, len(writes))):
                 return self._replay(write, record)
-            rule = write.rule
+            if write.operation != "add" and rule.through is not None and cancelled.failed(0):
+                raise  # the edge moved since it was read: the parents tried may be stale
             beyond = None
             if amount is not None:
                 message = f"the parent's {rule.counter!r} would pass ±{total_limit(rule)}"
                 beyond = InvalidRequestError(amount, message)
-            raise_for_parent(cancelled, 1, write.parent_key, rule, delta, out_of_range=beyond)
+            for position, (key, delta) in enumerate(parents, start=1):
+                raise_for_parent(cancelled, position, key, rule, delta, out_of_range=beyond)
             raise
         except TransactionFailedError as failed:
-            refusal = _number_refusal(failed)
+            messages = _messages(failed)
+            written = write.index or write.item or {}
+            if rule.through and (name := indexed.refused_index_key(messages, rule, written)):
+                field = indexed.field_of(name, self._keys, ("attributes",))
+                why = "; ".join(m for m in messages if m)
+                raise InvalidRequestError(
+                    field, f"index {rule.through.index!r} refused it as its key: {why}"
+                ) from failed
+            refusal = _number_refusal(messages)
             if refusal is None:
                 raise
-            # DynamoDB refused a number: find out whose, reading the parent (nothing written).
-            judge_parent(self._get(write.parent_key), write.parent_key, write.rule)
+            # DynamoDB refused a number: find out whose, reading the parents (nothing written).
+            for key, _ in parents:
+                judge_parent(self._get(key), key, rule)
             if amount is None:
                 raise
             raise InvalidRequestError(
-                amount, f"the parent's {write.rule.counter!r} cannot take it: {refusal}"
+                amount, f"the parent's {rule.counter!r} cannot take it: {refusal}"
             ) from failed
         return WriteResult(done, attempts=committed.attempts)
 
@@ -329,54 +307,36 @@ class TallyWriter:
             )
         return WriteResult(cast(Outcome, record.outcome), replayed=True)
 
-    # --- sum children -------------------------------------------------------------------
+    # --- writes that read the child first ------------------------------------------------
 
-    def _change_sum_child(self, write: _Write, field: Field) -> WriteResult:
-        # Transactions cannot read, so read the amount first and fence the write on it.
-        rule = write.rule
-        assert isinstance(rule, SumRule)
+    def _read_and_write(self, write: _Write, field: Field) -> WriteResult:
+        """Transactions cannot read: read the child, then write fenced on what was read (a
+        sum's amount, an indexed child's index key values); read again if it moved."""
         attempts = 0
         for attempt in retrying(self.backoff):
             attempts = attempt
             current = self._get(write.key)
             if current is None:
                 return self._settle(write, "not_present", attempt)
-            old = number_or_none(current, rule.summed, write.key) or Decimal(0)
-            if write.new == old:
+            planned = fenced_writes(
+                self.table_name,
+                self._keys,
+                write.operation,
+                write.key,
+                write.parent_key,
+                write.rule,
+                current,
+                write.new,
+                write.index,
+            )
+            if planned is None:
                 return self._settle(write, "unchanged", attempt)
-            if write.new is not None:
-                items.check_size({**current, rule.summed: write.new}, ("amount",))
             try:
-                writes, delta = self._sum_writes(write, rule, old)
-                result = self._commit(write, writes, field, delta)
+                result = self._commit(write, *planned, field)
             except Cancelled:
-                continue  # the amount moved between our read and our write
+                continue  # the child moved between our read and our write
             return replace(result, attempts=result.attempts + attempt - 1)
         raise RuntimeError(f"child {write.key} kept changing over {attempts} attempts")
-
-    def _sum_writes(
-        self, write: _Write, rule: SumRule, old: Decimal
-    ) -> tuple[list[dict[str, Any]], Decimal]:
-        names = Names.of(self._pk, rule.summed)
-        summed = names[rule.summed]
-        fence = f"{summed} = :old" + (f" OR attribute_not_exists({summed})" if old == 0 else "")
-        child: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Key": serialize(self._keys.typed(write.key)),
-            "ConditionExpression": f"attribute_exists({names[self._pk]}) AND ({fence})",
-            "ExpressionAttributeNames": names.expression_names,
-        }
-        values: dict[str, Any] = {":old": old}
-        if write.new is None:
-            delta, entry = -old, {"Delete": child}
-        else:
-            delta = _difference(write.new, old)
-            child["UpdateExpression"] = f"SET {summed} = :new"
-            values[":new"] = write.new
-            entry = {"Update": child}
-        child["ExpressionAttributeValues"] = serialize(values)
-        parent = parent_update(self.table_name, write.parent_key, rule, delta, self._keys)
-        return [entry, parent], delta
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         response = self.client.get_item(
@@ -406,29 +366,24 @@ def _still_holds(write: _Write, outcome: str, item: Mapping[str, Any] | None) ->
         return item is None
     if item is None:
         return False
+    if write.operation == "move":
+        assert write.index is not None
+        return all(item.get(name) == value for name, value in write.index.items())
     if write.operation != "change" or not isinstance(write.rule, SumRule):
         return True
     return bool(item.get(write.rule.summed) == write.new)
 
 
-def _difference(new: Decimal, old: Decimal) -> Decimal:
-    with localcontext(_EXACT):
-        delta = new - old
-    try:
-        return items.number(delta, ("amount",))
-    except InvalidRequestError:
-        raise InvalidRequestError(
-            ("amount",),
-            f"changing {old} to {new} moves the total by {delta}, "
-            "more digits than DynamoDB can add in one number",
-        ) from None
-
-
-def _number_refusal(failed: TransactionFailedError) -> str | None:
-    """DynamoDB's message when it refused a number the transaction would store."""
+def _messages(failed: TransactionFailedError) -> list[str]:
+    """DynamoDB's messages on a failed transaction: each item's, and the error's."""
     messages = [str(reason.get("Message", "")) for reason in failed.reasons]
     if isinstance(failed.__cause__, ClientError):
         messages.append(str(failed.__cause__.response.get("Error", {}).get("Message", "")))
+    return messages
+
+
+def _number_refusal(messages: list[str]) -> str | None:
+    """DynamoDB's message when it refused a number the transaction would store."""
     for message in messages:
         if "number" in message.lower() or "precision" in message.lower():
             return message

@@ -21,6 +21,7 @@ Kind = Literal[
     "orphans",
     "malformed",
     "unrepresentable",
+    "unindexed",
 ]
 _ABSENT = None
 

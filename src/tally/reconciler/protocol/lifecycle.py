@@ -25,6 +25,22 @@ def same(earlier: Observed | None, now: Observed) -> bool:
     return offset(earlier) == offset(now) and Decimal(earlier[1]) == Decimal(now[1])
 
 
+def state_of(exists: bool, counter: Any, revision: Any) -> str:
+    """A parent's state as text, to tell whether it moved between two moments: gone, or its
+    counter and revision (numbers in canonical form, None for absent, other values by type)."""
+    if not exists:
+        return "gone"
+    return f"{_shown(counter)} {_shown(revision)}"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, Decimal) and value.is_finite():
+        return format(value.normalize(), "f") if value else "0"
+    return type(value).__name__
+
+
 def held(earlier: Observed | None, now: Observed) -> bool:
     """The same counter and truth at two looks: as numbers, or (a counter that holds no
     number, shown by its type) exactly as shown."""
