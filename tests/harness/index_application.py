@@ -4,19 +4,20 @@ that each own their followers and carts, so what each was acknowledged is the tr
 
 Followers (rule "followers"): an edge ``pk = USER#<follower>``, ``sk = FOLLOWS#<slot>``
 names its followee in ``GSI1PK`` and its status in ``GSI1SK`` (``FOLLOWING#…`` counts,
-``BLOCKED#…`` does not). Every change of a counted edge is one TransactWriteItems with the
-followee counters' updates, conditioned as a correct writer's: the edge on its old index
-values, each counter ``ADD followerCount :d, rev :1`` on a profile that exists. The
-operations: follow, unfollow, re-point (the same edge to another followee: -1 on one, +1
-on the other), block (``FOLLOWING#`` -> ``BLOCKED#``: -1), unblock (+1), and deleting a
-blocked edge (no counter: it counted for nobody).
+``BLOCKED#…`` does not). Every edge change goes through ``TallyWriter``'s index support:
+one TransactWriteItems with the followee counters' updates, the edge fenced on its index
+values as read, each counter (and its revision) on a profile that exists. The operations:
+follow (``add_child``), unfollow (``remove_child``), re-point (``move_child`` to another
+followee: -1 on one, +1 on the other), block (``FOLLOWING#`` -> ``BLOCKED#``: -1), unblock
+(+1), and deleting a blocked edge (it counted for nobody: no counter).
 
 Carts (rule "product-totals"): lines ``pk = cart#<id>``, ``sk = product#<sku>``,
 ``quantity``, written plainly (PutItem, UpdateItem ADD, DeleteItem) as the shopping-cart
 sample does; its stream aggregator keeps ``product#<sku>/totalquantity``
 (tests/harness/live_index.py).
 
-    ready = IndexApplication.start(endpoint, table, seed=1, followers=4, carts=2, operations=40)
+    ready = IndexApplication.start(endpoint, table, rules_file, seed=1, followers=4, carts=2,
+                                   operations=40, pause=0.1)
     acknowledged = ready.go().result()
 """
 
@@ -60,23 +61,12 @@ def s(value: str) -> dict[str, str]:
 
 
 class Follows:
-    """One process's follow-edge writes, transactional with their counters."""
+    """One process's follow-edge writes, through TallyWriter (each with its counters)."""
 
-    def __init__(self, client: Any, table: str, acknowledged: Acknowledged, lock: threading.Lock):
-        self.client, self.table = client, table
+    def __init__(self, writer: Any, acknowledged: Acknowledged, lock: threading.Lock):
+        self.writer = writer
         self.acknowledged, self.lock = acknowledged, lock
         self.stamp = 0
-
-    def counter(self, followee: str, delta: int) -> dict[str, Any]:
-        return {
-            "Update": {
-                "TableName": self.table,
-                "Key": {"pk": s(followee), "sk": s(PROFILE)},
-                "UpdateExpression": "ADD followerCount :d, rev :one",
-                "ConditionExpression": "attribute_exists(pk)",
-                "ExpressionAttributeValues": {":d": {"N": str(delta)}, ":one": {"N": "1"}},
-            }
-        }
 
     def sort_value(self, status: str) -> str:
         with self.lock:
@@ -91,28 +81,27 @@ class Follows:
     ) -> tuple[str, str] | None:
         """Move one edge from ``old`` to ``new``, with its counters; returns ``new``."""
         pk, sk = key
-        item_key = {"pk": s(pk), "sk": s(sk)}
-        items: list[dict[str, Any]] = []
-        condition: dict[str, Any] = {}
         if old is None:
-            condition = {"ConditionExpression": "attribute_not_exists(pk)"}
+            assert new is not None
+            outcome = self.writer.add_child(
+                {"pk": pk, "sk": sk}, {"GSI1PK": new[0], "GSI1SK": new[1]}
+            ).outcome
+            expected = "created"
+        elif new is None:
+            outcome = self.writer.remove_child({"pk": pk, "sk": sk}).outcome
+            expected = "removed"
         else:
-            condition = {
-                "ConditionExpression": "GSI1PK = :oldp AND GSI1SK = :olds",
-                "ExpressionAttributeValues": {":oldp": s(old[0]), ":olds": s(old[1])},
-            }
-        if new is None:
-            items.append({"Delete": {"TableName": self.table, "Key": item_key, **condition}})
-        else:
-            item = {**item_key, "GSI1PK": s(new[0]), "GSI1SK": s(new[1]), "since": s(new[1])}
-            items.append({"Put": {"TableName": self.table, "Item": item, **condition}})
+            outcome = self.writer.move_child(
+                {"pk": pk, "sk": sk}, {"GSI1PK": new[0], "GSI1SK": new[1]}
+            ).outcome
+            expected = "changed"
+        if outcome != expected:  # each thread owns its edges: anything else is the harness's
+            raise RuntimeError(f"{pk}/{sk} {old} -> {new}: {outcome}, not {expected}")
         deltas: dict[str, int] = {}
         for edge, sign in ((old, -1), (new, +1)):
             if edge is not None and edge[1].startswith(FOLLOWING):
                 deltas[edge[0]] = deltas.get(edge[0], 0) + sign
         touched = [f for f, d in deltas.items() if d]
-        items += [self.counter(f, deltas[f]) for f in touched]
-        transact(self.client, items)
         with self.lock:
             self.acknowledged.edges[f"{pk}/{sk}"] = (
                 None
@@ -191,26 +180,10 @@ class Carts:
             time.sleep(rng.uniform(0, pause))
 
 
-def transact(client: Any, items: list[dict[str, Any]], attempts: int = 30) -> None:
-    """TransactWriteItems, retried on conflicts with other transactions (never on a failed
-    condition: a correct writer's condition fails only if the harness is wrong)."""
-    for attempt in range(attempts):
-        try:
-            client.transact_write_items(TransactItems=items)
-            return
-        except client.exceptions.TransactionCanceledException as error:
-            codes = [r.get("Code") for r in error.response.get("CancellationReasons", [])]
-            if "ConditionalCheckFailed" in codes:
-                raise
-        except client.exceptions.TransactionInProgressException:
-            pass
-        time.sleep(0.005 * (attempt + 1))
-    raise RuntimeError(f"a transaction kept conflicting: {items}")
-
-
 def run_writers(
     client: Any,
     table: str,
+    writer: Any,
     *,
     seed: int,
     followers: int,
@@ -219,7 +192,7 @@ def run_writers(
     pause: float,
 ) -> Acknowledged:
     acknowledged, lock = Acknowledged(), threading.Lock()
-    follows = Follows(client, table, acknowledged, lock)
+    follows = Follows(writer, acknowledged, lock)
     cart_lines = Carts(client, table, acknowledged, lock)
     work: list[Callable[[], None]] = [
         (lambda t=t: follows.run(t, seed, operations, pause)) for t in range(followers)
@@ -231,20 +204,25 @@ def run_writers(
     return acknowledged
 
 
-def _main(conn: Connection, endpoint: str, table: str, options: dict[str, Any]) -> None:
+def _main(
+    conn: Connection, endpoint: str, table: str, rules_file: str, options: dict[str, Any]
+) -> None:
     """The application's process: connect, say ready, write on "go", send what was told."""
     try:
         import boto3
         from botocore.config import Config
 
         from tally.local.dynamodb_local import local_client_kwargs
+        from tally.rules import load_rules
+        from tally.writers import TallyWriter
 
         config = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=32)
         client = boto3.client("dynamodb", config=config, **local_client_kwargs(endpoint))
         client.describe_table(TableName=table)
         conn.send(("ready", None))
         conn.recv()
-        conn.send(("done", run_writers(client, table, **options)))
+        writer = TallyWriter(client, table, load_rules(rules_file))
+        conn.send(("done", run_writers(client, table, writer, **options)))
     except BaseException:
         conn.send(("failed", traceback.format_exc()))
     finally:
@@ -258,11 +236,14 @@ class IndexApplication:
         self.process, self.conn = process, conn
 
     @classmethod
-    def start(cls, endpoint: str, table: str, **options: Any) -> IndexApplication:
+    def start(cls, endpoint: str, table: str, rules_file: str, **options: Any) -> IndexApplication:
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
         process = context.Process(
-            target=_main, args=(theirs, endpoint, table, options), name="application", daemon=True
+            target=_main,
+            args=(theirs, endpoint, table, rules_file, options),
+            name="application",
+            daemon=True,
         )
         process.start()
         theirs.close()

@@ -162,7 +162,11 @@ class LaggingIndex:
         # more than LATE_SECONDS late (the index then lagged more than lag + jitter).
         self.max_late = 0.0
         self.late = 0
+        # The schedule's lock is held only to read or change it: the tap's observing and the
+        # reconciler's redirected queries never wait for the shadow's writes, which one
+        # writer at a time makes in due order under their own lock.
         self._lock = threading.Lock()
+        self._writing = threading.Lock()
         self._clients: list[Any] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -181,16 +185,17 @@ class LaggingIndex:
 
     def apply_due(self, now: float | None = None) -> int:
         """Write the changes due by ``now`` into the shadow table; returns how many."""
-        with self._lock:
-            at = self.clock() if now is None else now
-            ready = self.schedule.due(at)
+        with self._writing:
+            with self._lock:
+                ready = self.schedule.due(self.clock() if now is None else now)
             self._write(ready, measure=True)
             return len(ready)
 
     def catch_up(self) -> int:
         """Apply every pending change at once (a settled index, e.g. after the set-up)."""
-        with self._lock:
-            ready = self.schedule.everything()
+        with self._writing:
+            with self._lock:
+                ready = self.schedule.everything()
             self._write(ready)
             return len(ready)
 
@@ -240,8 +245,7 @@ class LaggingIndex:
     def _redirect(self, params: dict[str, Any], **_: Any) -> None:
         if params.get("TableName") == self.table and params.get("IndexName") in self.indexes:
             params["TableName"] = self.shadow
-            with self._lock:
-                self.redirected += 1
+            self.redirected += 1  # a statistic: a lost increment between threads is no harm
 
     # --- running -----------------------------------------------------------------------
 

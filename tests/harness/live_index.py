@@ -4,7 +4,8 @@ totals across every cart (kept by the shopping-cart sample's stream aggregator).
 
 The application writes from a process of its own (tests/harness/index_application.py):
 follows, unfollows, edges re-pointed to another followee, FOLLOWING# -> BLOCKED# and back,
-each transactional with its counters; cart lines put, changed and deleted plainly. The
+each through TallyWriter (transactional with its counters); cart lines put, changed and
+deleted plainly. The
 aggregator (``CartAggregator``) adds each stream batch's quantity deltas per product, late
 (0.1-1 s after the tap saw the batch). The pump verifies while the index lags
 (tests/harness/index_lag.py: a Query through an index by the reconciler reads the table as
@@ -466,7 +467,10 @@ class LiveIndexRun:
         self.calls.reads = ReadUnits()
         self.phases["set up"] = time.time()
         application = IndexApplication.start(
-            self.stack.dynamodb.meta.endpoint_url, self.stack.table, **self.options
+            self.stack.dynamodb.meta.endpoint_url,
+            self.stack.table,
+            str(RULES_FILE),
+            **self.options,
         )
         subscriber = Subscriber(self.stack.sqs, self.stack.alert_queue)
         subscriber.start()
