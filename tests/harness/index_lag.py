@@ -146,8 +146,13 @@ class LaggingIndex:
         jitter: float = 0.3,
         seed: int = 0,
         clock: Callable[[], float] = time.time,
+        keep: Callable[[dict[str, Any]], bool] | None = None,
     ):
+        """``keep``: given a record's (serialized) key, whether the shadow needs the item; an
+        item no Query through an index can return may be left out (the shadow's writes load
+        DynamoDB Local as much as the table's own)."""
         self.dynamodb, self.table, self.clock = dynamodb, table, clock
+        self.keep = keep
         self.schedule = LagSchedule(lag, jitter, seed)
         self.shadow = f"{table}-lagging-index"
         description = dynamodb.describe_table(TableName=table)["Table"]
@@ -161,6 +166,9 @@ class LaggingIndex:
         # How long after its due time a change reached the shadow, at most; how many were
         # more than LATE_SECONDS late (the index then lagged more than lag + jitter).
         self.max_late = 0.0
+        self.max_late_at = 0.0  # when it was written
+        self.max_write_seconds = 0.0  # the longest BatchWriteItem to the shadow
+        self.max_gap = 0.0  # the longest time between two rounds of the applying thread
         self.late = 0
         # The schedule's lock is held only to read or change it: the tap's observing and the
         # reconciler's redirected queries never wait for the shadow's writes, which one
@@ -179,6 +187,8 @@ class LaggingIndex:
         with self._lock:
             for record in records:
                 stream = record["dynamodb"]
+                if self.keep is not None and not self.keep(stream["Keys"]):
+                    continue
                 self.schedule.observe(
                     stream["Keys"], stream.get("NewImage"), int(stream["SequenceNumber"]), at
                 )
@@ -214,12 +224,15 @@ class LaggingIndex:
                 for c in chunk
             ]
             pending: dict[str, Any] = {self.shadow: requests}
+            began = time.monotonic()
             while pending:
                 answer = self.dynamodb.batch_write_item(RequestItems=pending)
                 pending = answer.get("UnprocessedItems") or {}
+            self.max_write_seconds = max(self.max_write_seconds, time.monotonic() - began)
             if measure:
                 late = time.time() - chunk[0].due
-                self.max_late = max(self.max_late, late)
+                if late > self.max_late:
+                    self.max_late, self.max_late_at = late, time.time()
                 self.late += sum(1 for c in chunk if time.time() - c.due > LATE_SECONDS)
         self.applied += len(changes)
 
@@ -251,7 +264,10 @@ class LaggingIndex:
 
     def start(self, interval: float = 0.05) -> LaggingIndex:
         def run() -> None:
+            last = time.monotonic()
             while not self._stop.wait(interval):
+                now = time.monotonic()
+                self.max_gap, last = max(self.max_gap, now - last), now
                 self.apply_due()
 
         self._thread = threading.Thread(target=run, name="lagging-index", daemon=True)
