@@ -1,0 +1,153 @@
+"""The live scenario for children found through an index, run N times, with its goal lines.
+
+The application writes follow edges (follow, unfollow, re-point, block, unblock; each
+transactional with its counters) and cart lines from a process of its own; the
+shopping-cart aggregator keeps product totals late; the pump verifies while the index lags
+(tests/harness/index_lag.py); an injector breaks followee counts and product totals
+(tests/harness/live_index.py). Each run counts false negatives, false positives, lost
+writes and harmful writes; fault -> alert latencies are pooled over the runs per fault kind;
+the reconciler's read units per 1,000 edge (line) writes are set against a naive recount
+(one eventually consistent Query of each touched followee (product) per write, costed by
+running it on the final table with ReturnConsumedCapacity). Prints the table and the goal
+lines, writes the JSON.
+
+    python benchmarks/live_index.py --runs 3
+
+Uses ``DYNAMODB_ENDPOINT`` / ``AWS_ENDPOINT_URL_DYNAMODB`` when set, else its own DynamoDB
+Local; SNS and SQS come from moto's server on loopback. Exit 1 if a goal is missed (the
+goals are the counts; latency and read units are reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "src"), str(REPO)]
+# As the tests run the handlers: Powertools reads these when the handler modules are imported.
+for _name, _value in {
+    "TALLY_TEMPLATE": str(REPO / "template.yaml"),
+    "POWERTOOLS_SERVICE_NAME": "tally",
+    "POWERTOOLS_METRICS_NAMESPACE": "TallyLiveIndex",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+}.items():
+    os.environ.setdefault(_name, _value)
+
+from tally.local.dynamodb_local import DynamoDBLocal  # noqa: E402
+from tally.local.moto_server import moto_server  # noqa: E402
+from tests.harness.endpoints import endpoint_from_env  # noqa: E402
+from tests.harness.live import format_latency, latency_table  # noqa: E402
+from tests.harness.live_index import (  # noqa: E402
+    LiveIndexRun,
+    Outcome,
+    index_stack,
+    pooled,
+)
+
+
+def cost_summary(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
+    """Per rule, over every run: writes, read units, and per 1,000 writes."""
+    summary: dict[str, dict[str, float]] = {}
+    for rule in ("followers", "products"):
+        writes = sum(o.cost[rule]["writes"] for o in outcomes)
+        reconciler = sum(o.cost[rule]["reconciler"] for o in outcomes)
+        naive = sum(o.cost[rule]["naive"] for o in outcomes)
+        summary[rule] = {
+            "writes": writes,
+            "reconciler_ru": round(reconciler, 1),
+            "naive_ru": round(naive, 1),
+            "reconciler_per_1000": round(1000 * reconciler / max(writes, 1), 1),
+            "naive_per_1000": round(1000 * naive / max(writes, 1), 1),
+        }
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs (default 3), seeds 1..N")
+    parser.add_argument("--followers", type=int, default=4, help="follow writer threads")
+    parser.add_argument("--carts", type=int, default=2, help="cart writer threads")
+    parser.add_argument("--operations", type=int, default=50, help="writes per writer thread")
+    parser.add_argument("--lag", type=float, default=1.5, help="index lag, seconds (1.5)")
+    parser.add_argument("--jitter", type=float, default=0.3, help="lag jitter, seconds (0.3)")
+    parser.add_argument(
+        "--split-shards",
+        action="store_true",
+        help="deliver each stream batch as two by partition key hash, as DynamoDB's shards "
+        "would (a transaction's edge and counter then arrive apart)",
+    )
+    parser.add_argument("--json", type=Path, default=REPO / "benchmarks/results/live_index.json")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=REPO / "benchmarks/results/live_index.log",
+        help="where the handlers' own output goes (their JSON logs and metrics)",
+    )
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.operations < 1 or min(args.followers, args.carts) < 0:
+        parser.error("--runs and --operations are at least 1, thread counts at least 0")
+    if not 0 <= args.jitter <= args.lag:
+        parser.error("--jitter must be between 0 and --lag")
+
+    args.log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    with args.log.open("w") as log:
+        os.dup2(log.fileno(), sys.stdout.fileno())
+    results: dict[str, Any] = {"runs": {}}
+    outcomes: list[Outcome] = []
+    with contextlib.ExitStack() as exits:
+        endpoint = endpoint_from_env() or exits.enter_context(DynamoDBLocal()).endpoint
+        moto = exits.enter_context(moto_server())
+        for seed in range(1, args.runs + 1):
+            with index_stack(endpoint, moto) as stack:
+                outcome = LiveIndexRun(
+                    stack,
+                    seed=seed,
+                    followers=args.followers,
+                    carts=args.carts,
+                    operations=args.operations,
+                    lag=args.lag,
+                    jitter=args.jitter,
+                    split_shards=args.split_shards,
+                ).run()
+            print(f"run {seed}: {outcome.describe()}", file=out)
+            outcomes.append(outcome)
+            results["runs"][f"run-{seed}"] = outcome.as_json()
+    table = latency_table(pooled(outcomes))
+    results["latency"] = table
+    print(f"\n{args.runs} runs: fault -> alert latency", file=out)
+    print(format_latency(table), file=out)
+    cost = cost_summary(outcomes)
+    results["cost"] = cost
+    for rule, row in cost.items():
+        print(
+            f"  {rule}: {row['writes']:.0f} writes, reconciler {row['reconciler_per_1000']} RU "
+            f"per 1,000, naive recount {row['naive_per_1000']} RU per 1,000",
+            file=out,
+        )
+    totals = [sum(o.counts()[n] for o in outcomes) for n in range(4)]
+    met = not any(totals)
+    line = (
+        "false negatives, false positives, lost writes, harmful writes: "
+        f"{', '.join(map(str, totals))} (goal 0 each)"
+    )
+    results["goals"] = [{"goal": line, "met": met}]
+    print(f"  {'MET   ' if met else 'MISSED'} {line}", file=out)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2, sort_keys=True))
+    print(f"\nJSON: {args.json}; the handlers' output: {args.log}", file=out)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

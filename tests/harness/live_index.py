@@ -1,0 +1,889 @@
+"""The live scenario for children found through an index: followers (a follow edge in the
+follower's item collection, counted under the followee through an inverted GSI) and product
+totals across every cart (kept by the shopping-cart sample's stream aggregator).
+
+The application writes from a process of its own (tests/harness/index_application.py):
+follows, unfollows, edges re-pointed to another followee, FOLLOWING# -> BLOCKED# and back,
+each through TallyWriter (transactional with its counters); cart lines put, changed and
+deleted plainly. The
+aggregator (``CartAggregator``) adds each stream batch's quantity deltas per product, late
+(0.1-1 s after the tap saw the batch). The pump verifies while the index lags
+(tests/harness/index_lag.py: a Query through an index by the reconciler reads the table as
+it was 1.5 s +- 0.3 s earlier). An injector breaks followee counts (a rogue SET or ADD on
+the counter, an edge written without its counter, an edge deleted without its decrement)
+and product totals (a rogue SET; a stream batch the aggregator adds twice, as a
+redelivery does), each on a parent of its own.
+
+    with index_stack(dynamodb_endpoint, moto_endpoint) as stack:
+        outcome = LiveIndexRun(stack, seed=1).run()
+    outcome.counts()  # false negatives, false positives, lost writes, harmful writes
+
+What is counted:
+- false negative: a parent the injector broke that was never alerted;
+- false positive: an alert on any key the injector did not break;
+- lost write: an acknowledged edge or cart line not as acknowledged at the end; a followee
+  whose counter is not its FOLLOWING edges' count at the end (the rule repairs, so broken
+  ones too); an unbroken product whose total is not its lines' sum at the end;
+- harmful write: a write of the reconciler's (seen on its client) to the table on any item
+  but a broken followee's profile (product totals are alert-only: never).
+
+Latency: from the fault write's acknowledgement to the first alert on its parent arriving
+in the subscriber's queue. Read units: every read of the reconciler's client on the table
+and its indexes (its own ``ReturnConsumedCapacity``), per rule, against a naive recount:
+one eventually consistent Query of the touched followee(s) (product) per edge (line) write,
+each costed by running that Query on the final table with ``ReturnConsumedCapacity``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import statistics
+import threading
+import time
+import uuid
+import zlib
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from tally.core.streams import StreamReader, stream_arn
+from tally.handlers import recheck as recheck_handler
+from tally.handlers import reconciler as reconciler_handler
+from tally.local.dynamodb_local import local_client_kwargs
+from tally.local.pump import MappingSettings, Pump
+from tally.local.template import create_table, create_table_from, load_template, template_path
+from tally.reconciler import runtime
+from tests.harness.index_application import (
+    BLOCKED,
+    FOLLOWEES,
+    FOLLOWING,
+    PRODUCTS,
+    PROFILE,
+    TOTAL,
+    Acknowledged,
+    IndexApplication,
+)
+from tests.harness.index_lag import LaggingIndex, StreamTap
+from tests.harness.live import Alert, Subscriber, format_latency, latency_table, watched_schedule
+from tests.utils import TTL_IDENTITY, deserialize, lambda_context, serialize
+
+RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "live_index_rules.toml"
+GSI1, BY_PRODUCT = "GSI1", "ByProduct"
+# How long the live pump goes on after the writes, waiting for every fault's alert.
+ALERT_SECONDS = 30.0
+READS = ("GetItem", "BatchGetItem", "Query", "Scan", "TransactGetItems")
+WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
+
+
+def index_table_kwargs(name: str) -> dict[str, Any]:
+    """The scenario's table: pk/sk, the followers' inverted GSI1 (keys only) and the carts'
+    inverted ByProduct (sk HASH, pk RANGE, projecting quantity), a stream of both images."""
+    return {
+        "TableName": name,
+        "AttributeDefinitions": [
+            {"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "GSI1PK", "GSI1SK")
+        ],
+        "KeySchema": [
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": GSI1,
+                "KeySchema": [
+                    {"AttributeName": "GSI1PK", "KeyType": "HASH"},
+                    {"AttributeName": "GSI1SK", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
+            {
+                "IndexName": BY_PRODUCT,
+                "KeySchema": [
+                    {"AttributeName": "sk", "KeyType": "HASH"},
+                    {"AttributeName": "pk", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["quantity"]},
+            },
+        ],
+        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    }
+
+
+@dataclass
+class Fault:
+    pk: str
+    kind: str  # e.g. "count/rogue-set", "sum/redelivered"
+    at: float
+
+
+@dataclass
+class ReadUnits:
+    """Read units, per rule ("followers", "products") and operation."""
+
+    units: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def add(self, rule: str, operation: str, units: float) -> None:
+        per = self.units.setdefault(rule, {})
+        per[operation] = per.get(operation, 0.0) + units
+
+    def total(self, rule: str) -> float:
+        return sum(self.units.get(rule, {}).values())
+
+
+@dataclass
+class Outcome:
+    """What one run counted."""
+
+    seed: int
+    false_negatives: set[str] = field(default_factory=set)
+    false_positives: set[str] = field(default_factory=set)
+    lost_writes: list[str] = field(default_factory=list)
+    harmful_writes: list[str] = field(default_factory=list)
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    # Per rule: edge (line) writes, the reconciler's read units, a naive recount's.
+    cost: dict[str, dict[str, Any]] = field(default_factory=dict)
+    index: dict[str, Any] = field(default_factory=dict)  # what the lagging index did
+    seconds: float = 0.0
+
+    def counts(self) -> tuple[int, int, int, int]:
+        return (
+            len(self.false_negatives),
+            len(self.false_positives),
+            len(self.lost_writes),
+            len(self.harmful_writes),
+        )
+
+    def latency_table(self) -> dict[str, dict[str, float]]:
+        return latency_table(self.latencies)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "false_negatives": sorted(self.false_negatives),
+            "false_positives": sorted(self.false_positives),
+            "lost_writes": self.lost_writes,
+            "harmful_writes": self.harmful_writes,
+            "latency": self.latency_table(),
+            "latencies": self.latencies,
+            "cost": self.cost,
+            "index": self.index,
+            "seconds": round(self.seconds, 1),
+            "alerts": [
+                {k: a.get(k) for k in ("kind", "key", "rule", "stored", "actual", "detail")}
+                for a in self.alerts
+            ],
+        }
+
+    def describe(self) -> str:
+        fn, fp, lost, harmful = self.counts()
+        lines = [
+            f"seed {self.seed}: false negatives {fn}, false positives {fp}, "
+            f"lost writes {lost}, harmful writes {harmful} ({self.seconds:.0f} s)"
+        ]
+        for name, what in (
+            ("false negatives", sorted(self.false_negatives)),
+            ("false positives", sorted(self.false_positives)),
+            ("lost writes", self.lost_writes),
+            ("harmful writes", self.harmful_writes),
+        ):
+            if what:
+                lines.append(f"  {name}: {', '.join(what)}")
+        for alert in self.alerts:
+            if alert_pk(alert) in self.false_positives:
+                lines.append(f"  false positive: {json.dumps(alert, default=str)[:400]}")
+        lines.append(format_latency(self.latency_table()))
+        lines += [f"  {line}" for line in cost_lines(self.cost)]
+        return "\n".join(lines)
+
+
+def cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
+    lines = []
+    for rule, row in sorted(cost.items()):
+        writes = row["writes"] or 1
+        lines.append(
+            f"{rule}: {row['writes']} writes; reconciler {row['reconciler']:.1f} RU "
+            f"({1000 * row['reconciler'] / writes:.0f} per 1,000), naive recount "
+            f"{row['naive']:.1f} RU ({1000 * row['naive'] / writes:.0f} per 1,000); "
+            f"by operation {row['operations']}"
+        )
+    return lines
+
+
+def alert_pk(body: dict[str, Any]) -> str:
+    key = body.get("key") or {}
+    return str(key.get("pk", key))
+
+
+class CartAggregator:
+    """The shopping-cart sample's stream aggregator (``db_stream_handler``): per batch, the
+    quantity deltas of the cart lines summed per product and ADDed to the product's total,
+    with no idempotency. It runs ``late`` seconds after the tap saw its batch, batches in
+    order; ``redeliver(n)`` makes it add the next ``n`` suitable batches twice (a batch
+    whose products all have a delta and none was broken before), each duplicate ADD a fault
+    on every product it touched."""
+
+    def __init__(self, dynamodb: Any, table: str, seed: int, late: tuple[float, float]):
+        self.dynamodb, self.table = dynamodb, table
+        self.rng = random.Random(seed)
+        self.late = late
+        self.pending: list[tuple[float, dict[str, int]]] = []
+        self.redeliveries = 0
+        self.faults: list[Fault] = []
+        self.broken: set[str] = set()  # products whose total was broken on purpose
+        self.batches = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+
+    def observe(self, records: list[dict[str, Any]], seen: float) -> None:
+        deltas: defaultdict[str, int] = defaultdict(int)
+        for record in records:
+            stream = record["dynamodb"]
+            keys = deserialize(stream["Keys"])
+            if not (str(keys["pk"]).startswith("cart#") and str(keys["sk"]).startswith("product#")):
+                continue
+            deltas[keys["sk"]] += self._quantity(stream.get("NewImage"))
+            deltas[keys["sk"]] -= self._quantity(stream.get("OldImage"))
+        deltas = defaultdict(int, {k: v for k, v in deltas.items() if v})
+        if deltas:
+            with self._lock:
+                previous = self.pending[-1][0] if self.pending else 0.0
+                due = max(seen + self.rng.uniform(*self.late), previous)
+                self.pending.append((due, dict(deltas)))
+                self._idle.clear()
+
+    @staticmethod
+    def _quantity(image: dict[str, Any] | None) -> int:
+        if not image or "quantity" not in image:
+            return 0
+        return int(deserialize({"q": image["quantity"]})["q"])
+
+    def redeliver(self, batches: int) -> None:
+        with self._lock:
+            self.redeliveries += batches
+
+    def step(self, now: float) -> None:
+        while True:
+            with self._lock:
+                if not self.pending or self.pending[0][0] > now:
+                    if not self.pending:
+                        self._idle.set()
+                    return
+                _, deltas = self.pending.pop(0)
+                again = self.redeliveries > 0 and not (set(deltas) & self.broken)
+                if again:
+                    self.redeliveries -= 1
+                    self.broken |= set(deltas)
+            self.add(deltas)
+            self.batches += 1
+            if again:
+                self.add(deltas)
+                at = time.time()
+                self.faults += [Fault(p, "sum/redelivered", at) for p in deltas]
+
+    def add(self, deltas: dict[str, int]) -> None:
+        for product, delta in sorted(deltas.items()):
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key=serialize({"pk": product, "sk": TOTAL}),
+                UpdateExpression="ADD quantity :d",
+                ExpressionAttributeValues={":d": {"N": str(delta)}},
+            )
+
+    def start(self) -> CartAggregator:
+        def run() -> None:
+            while not self._stop.wait(0.05):
+                self.step(time.time())
+
+        self._thread = threading.Thread(target=run, name="cart-aggregator", daemon=True)
+        self._thread.start()
+        return self
+
+    def wait_idle(self, seconds: float = 30) -> bool:
+        return self._idle.wait(seconds)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+class ReconcilerCalls:
+    """The reconciler's own client, watched: read units per rule, writes to the table."""
+
+    def __init__(self, client: Any, table: str, shadow: str):
+        self.client, self.tables = client, {table, shadow}
+        self.table = table
+        self.reads = ReadUnits()
+        self.writes: list[tuple[float, str, str, str]] = []  # (time, operation, pk, sk)
+        self._lock = threading.Lock()
+        client.meta.events.register("before-parameter-build.dynamodb", self._before)
+        client.meta.events.register("after-call.dynamodb", self._after)
+
+    def uninstall(self) -> None:
+        self.client.meta.events.unregister("before-parameter-build.dynamodb", self._before)
+        self.client.meta.events.unregister("after-call.dynamodb", self._after)
+
+    def _before(
+        self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any
+    ) -> None:
+        context["idxlive"] = (model.name, json.loads(json.dumps(params, default=str)))
+
+    def _after(
+        self, http_response: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any
+    ) -> None:
+        operation, params = context.get("idxlive", (None, None))
+        if operation is None or http_response.status_code >= 300:
+            return
+        with self._lock:
+            if operation in READS:
+                consumed = parsed.get("ConsumedCapacity") or []
+                for entry in consumed if isinstance(consumed, list) else [consumed]:
+                    if entry.get("TableName") in self.tables:
+                        self.reads.add(
+                            rule_of(operation, params), operation, entry["CapacityUnits"]
+                        )
+            elif operation in WRITES:
+                at = time.time()
+                self.writes += [
+                    (at, operation, pk, sk)
+                    for pk, sk in written_keys(operation, params, self.table)
+                ]
+
+
+def rule_of(operation: str, params: dict[str, Any]) -> str:
+    """Which rule a read of the reconciler's was for, by the index or the keys it names."""
+    index = params.get("IndexName")
+    if index:
+        return "followers" if index == GSI1 else "products"
+    text = json.dumps(params)
+    return "followers" if "USER#" in text else "products"
+
+
+def written_keys(operation: str, params: dict[str, Any], table: str) -> list[tuple[str, str]]:
+    found = []
+    if operation == "TransactWriteItems":
+        for item in params["TransactItems"]:
+            for verb in ("Put", "Update", "Delete"):
+                action = item.get(verb)
+                if action and action["TableName"] == table:
+                    key = action.get("Key") or action["Item"]
+                    found.append((key["pk"]["S"], key["sk"]["S"]))
+    elif operation == "BatchWriteItem":
+        for request in params["RequestItems"].get(table, []):
+            body = request.get("PutRequest", {}).get("Item") or request["DeleteRequest"]["Key"]
+            found.append((body["pk"]["S"], body["sk"]["S"]))
+    elif params.get("TableName") == table:
+        key = params.get("Key") or params["Item"]
+        found.append((key["pk"]["S"], key["sk"]["S"]))
+    return found
+
+
+class LiveIndexRun:
+    """One run of the scenario on a fresh ``stack`` (``index_stack``)."""
+
+    def __init__(
+        self,
+        stack: Any,
+        *,
+        seed: int = 1,
+        followers: int = 4,
+        carts: int = 2,
+        operations: int = 50,
+        pause: float = 0.12,
+        lag: float = 1.5,
+        jitter: float = 0.3,
+        split_shards: bool = False,
+    ):
+        self.stack, self.seed = stack, seed
+        self.split_shards = split_shards
+        self.options = {
+            "seed": seed,
+            "followers": followers,
+            "carts": carts,
+            "operations": operations,
+            "pause": pause,
+        }
+        self.faults: list[Fault] = []
+        self.lock = threading.Lock()
+        self.phases: dict[str, float] = {}  # when each phase of the run ended
+        self.invocations: dict[str, list[tuple[float, float, int]]] = {}
+        dynamodb = stack.dynamodb
+        # The parents' own items (profiles, product totals) sit in no partition of an index
+        # that any Query reads (no GSI1PK; ByProduct partitions PROFILE and totalquantity):
+        # the shadow leaves them out.
+        self.index = LaggingIndex(
+            dynamodb,
+            stack.table,
+            lag=lag,
+            jitter=jitter,
+            seed=seed,
+            keep=lambda keys: keys["sk"]["S"] not in (PROFILE, TOTAL),
+        )
+        self.aggregator = CartAggregator(dynamodb, stack.table, seed, late=(0.1, 1.0))
+        streams = boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb.meta.endpoint_url))
+        self.tap = StreamTap(
+            StreamReader(streams, stream_arn(dynamodb, stack.table)), [self.index.observe]
+        )
+        client = runtime._clients()[0]
+        self.index.install(client)
+        self.calls = ReconcilerCalls(client, stack.table, self.index.shadow)
+        settings = MappingSettings.from_template(load_template(template_path()), parallelization=1)
+        failures = stack.sqs.create_queue(QueueName=f"failures-{uuid.uuid4().hex[:8]}")
+        self.expired: set[tuple[str, str]] = set()  # cart lines TTL removes during the run
+        self.pump = Pump(
+            stack.reader,
+            self.verify,
+            lambda event: self.timed("recheck", recheck_handler.handler, event),
+            stack.sqs,
+            stack.recheck_queue,
+            failures["QueueUrl"],
+            settings,
+            schedule=watched_schedule(),
+            rechecks_beside=True,
+        )
+
+    # --- the run ------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        started = time.monotonic()
+        try:
+            return self._run(started)
+        finally:
+            self.aggregator.stop()
+            self.tap.stop()
+            self.index.close()
+            self.calls.uninstall()
+
+    def _run(self, started: float) -> Outcome:
+        self.setup()
+        self.tap.drain()
+        self.index.catch_up()
+        self.pump.until_idle(max_seconds=60)
+        self.tap.observers.append(self.aggregator.observe)
+        self.calls.reads = ReadUnits()
+        self.phases["set up"] = time.time()
+        application = IndexApplication.start(
+            self.stack.dynamodb.meta.endpoint_url,
+            self.stack.table,
+            str(RULES_FILE),
+            **self.options,
+        )
+        subscriber = Subscriber(self.stack.sqs, self.stack.alert_queue)
+        subscriber.start()
+        self.tap.start()
+        self.index.start()
+        self.aggregator.start()
+        pumping = threading.Thread(target=self.pump.forever, name="pump")
+        pumping.start()
+        try:
+            application.go()
+            injector = threading.Thread(target=self.break_parents, name="injector")
+            injector.start()
+            acknowledged = application.result()
+            self.phases["written"] = time.time()
+            injector.join()
+            # The aggregator adds what is still pending (the tap feeds it until the end).
+            time.sleep(0.5)
+            self.aggregator.wait_idle()
+            # The live pump goes on until every fault is alerted, for at most ALERT_SECONDS.
+            deadline = time.monotonic() + ALERT_SECONDS
+            while time.monotonic() < deadline and not self.all_alerted(subscriber):
+                time.sleep(0.2)
+        finally:
+            application.stop()
+            self.pump.stop(1)
+            pumping.join()
+        self.phases["pump stopped"] = time.time()
+        self.pump.stop_signal = None
+        report = self.pump.until_idle(max_seconds=120, rechecks=True)
+        self.phases["idle"] = time.time()
+        alerts = subscriber.stop()
+        outcome = self.judge(alerts, acknowledged)
+        if not report.idle:
+            outcome.lost_writes.append("the pump never went idle")
+        if self.tap.errors:
+            outcome.lost_writes.append(f"the stream tap failed: {self.tap.errors[0]!r}")
+        outcome.index = {
+            "lag": self.index.schedule.lag,
+            "jitter": self.index.schedule.jitter,
+            "changes_applied": self.index.applied,
+            "max_applied_late": round(self.index.max_late, 3),
+            "changes_applied_late": self.index.late,
+            "max_late_at": round(self.index.max_late_at - self.phases["set up"], 2),
+            "max_write_seconds": round(self.index.max_write_seconds, 2),
+            "max_round_gap": round(self.index.max_gap, 2),
+            "queries_redirected": self.index.redirected,
+            "aggregator_batches": self.aggregator.batches,
+            "phases": {k: round(v - self.phases["set up"], 2) for k, v in self.phases.items()},
+            "invocations": {
+                name: {
+                    "count": len(calls),
+                    "records": sum(c[2] for c in calls),
+                    "seconds": round(sum(c[1] for c in calls), 1),
+                    "max_seconds": round(max(c[1] for c in calls), 2),
+                }
+                for name, calls in self.invocations.items()
+            },
+            "alerts_at": [round(a.at - self.phases["set up"], 2) for a in alerts],
+            "faults_at": [
+                round(f.at - self.phases["set up"], 2) for f in self.faults + self.aggregator.faults
+            ],
+        }
+        outcome.seconds = time.monotonic() - started
+        return outcome
+
+    def verify(self, event: dict[str, Any]) -> Any:
+        """The stream handler, as the pump invokes it. With ``split_shards``, each batch is
+        delivered as two, by a hash of the partition key (each key's records stay in order):
+        as DynamoDB spreads item collections over shards, a writer's transaction then reaches
+        the reconciler as two unbalanced halves (DynamoDB Local keeps one shard)."""
+        event = self.mark_ttl(event)
+        if not self.split_shards:
+            return self.timed("stream", reconciler_handler.handler, event)
+        halves: list[list[dict[str, Any]]] = [[], []]
+        for record in event["Records"]:
+            pk = str(deserialize(record["dynamodb"]["Keys"])["pk"])
+            halves[zlib.crc32(pk.encode()) % 2].append(record)
+        failures: list[dict[str, str]] = []
+        for records in halves:
+            if records:
+                answer = self.timed("stream", reconciler_handler.handler, {"Records": records})
+                failures += answer.get("batchItemFailures", [])
+        return {"batchItemFailures": failures}
+
+    def timed(self, name: str, handler: Any, event: dict[str, Any]) -> Any:
+        """Invoke a handler as the pump does, keeping (start, seconds, records) per kind."""
+        began = time.time()
+        try:
+            return handler(event, lambda_context())
+        finally:
+            with self.lock:
+                self.invocations.setdefault(name, []).append(
+                    (began, time.time() - began, len(event["Records"]))
+                )
+
+    def mark_ttl(self, event: dict[str, Any]) -> dict[str, Any]:
+        """A removal of an expired cart line is TTL's, as DynamoDB marks it (DynamoDB Local
+        neither expires items nor marks records: the injector deletes them, this marks)."""
+        for record in event["Records"]:
+            keys = deserialize(record["dynamodb"]["Keys"])
+            if record["eventName"] == "REMOVE" and (keys["pk"], keys["sk"]) in self.expired:
+                record["userIdentity"] = dict(TTL_IDENTITY)
+        return event
+
+    def all_alerted(self, subscriber: Subscriber) -> bool:
+        alerted = {alert_pk(a.body) for a in list(subscriber.alerts)}
+        with self.lock:
+            faults = self.faults + self.aggregator.faults
+        return {f.pk for f in faults} <= alerted
+
+    # --- set-up -----------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Every followee followed once by a seed follower of its own (the injector deletes
+        some of those edges); every product in three seed carts, the third one expired (TTL
+        removes its lines during the run: the aggregator subtracts them, no fault); counters
+        in step."""
+        puts: list[dict[str, Any]] = []
+        for followee in FOLLOWEES:
+            puts.append({"pk": followee, "sk": PROFILE, "followerCount": 1, "rev": 0})
+            puts.append(
+                {
+                    "pk": f"USER#seed-{followee[5:]}",
+                    "sk": "FOLLOWS#0",
+                    "GSI1PK": followee,
+                    "GSI1SK": f"{FOLLOWING}seed",
+                }
+            )
+        for n, product in enumerate(PRODUCTS):
+            quantities = [1 + n % 3, 2, 1]
+            puts.append({"pk": product, "sk": TOTAL, "quantity": sum(quantities)})
+            puts += [
+                {"pk": f"cart#seed-{c}", "sk": product, "quantity": q}
+                for c, q in enumerate(quantities[:2])
+            ]
+            puts.append(
+                {
+                    "pk": "cart#seed-expired",
+                    "sk": product,
+                    "quantity": quantities[2],
+                    "expirationTime": int(time.time()) - 60,
+                }
+            )
+            self.expired.add(("cart#seed-expired", product))
+        self.batch(puts)
+
+    def batch(self, items: list[dict[str, Any]]) -> None:
+        for start in range(0, len(items), 25):
+            pending = {
+                self.stack.table: [
+                    {"PutRequest": {"Item": serialize(i)}} for i in items[start : start + 25]
+                ]
+            }
+            while pending:
+                answer = self.stack.dynamodb.batch_write_item(RequestItems=pending)
+                pending = answer.get("UnprocessedItems") or {}
+
+    # --- the injector -----------------------------------------------------------------
+
+    def faulted(self, pk: str, kind: str) -> None:
+        with self.lock:
+            self.faults.append(Fault(pk, kind, time.time()))
+
+    def break_parents(self) -> None:
+        """Rogue writes, each on a parent of its own, while the application writes."""
+        rng = random.Random(self.seed)
+        db, table = self.stack.dynamodb, self.stack.table
+        victims = rng.sample(FOLLOWEES, 8)
+        products = rng.sample(PRODUCTS, 3)
+        time.sleep(rng.uniform(0.3, 0.8))
+        self.aggregator.redeliver(1)
+        for n, followee in enumerate(victims):
+            time.sleep(rng.uniform(0.2, 0.7))
+            profile = serialize({"pk": followee, "sk": PROFILE})
+            if n % 4 == 0:  # a rogue overwrite to a value no truth can have
+                db.update_item(
+                    TableName=table,
+                    Key=profile,
+                    UpdateExpression="SET followerCount = :v",
+                    ExpressionAttributeValues=serialize({":v": 1000 + n}),
+                )
+                self.faulted(followee, "count/rogue-set")
+            elif n % 4 == 1:  # a rogue bump (no revision)
+                db.update_item(
+                    TableName=table,
+                    Key=profile,
+                    UpdateExpression="ADD followerCount :k",
+                    ExpressionAttributeValues=serialize({":k": rng.randrange(2, 9)}),
+                )
+                self.faulted(followee, "count/rogue-add")
+            elif n % 4 == 2:  # an edge written without its counter
+                edge = {
+                    "pk": f"USER#rogue-{n}",
+                    "sk": "FOLLOWS#0",
+                    "GSI1PK": followee,
+                    "GSI1SK": f"{FOLLOWING}rogue",
+                }
+                db.put_item(TableName=table, Item=serialize(edge))
+                self.faulted(followee, "count/edge-without-counter")
+            else:  # an edge deleted without its decrement
+                db.delete_item(
+                    TableName=table,
+                    Key=serialize({"pk": f"USER#seed-{followee[5:]}", "sk": "FOLLOWS#0"}),
+                )
+                self.faulted(followee, "count/delete-without-decrement")
+            if n == 2:  # TTL's sweep of the expired cart
+                for pk, sk in sorted(self.expired):
+                    db.delete_item(TableName=table, Key=serialize({"pk": pk, "sk": sk}))
+            if n == 3:
+                self.aggregator.redeliver(1)
+            if n == 5:  # a rogue product total
+                product = next(p for p in products + PRODUCTS if p not in self.aggregator.broken)
+                with self.aggregator._lock:
+                    self.aggregator.broken.add(product)
+                db.update_item(
+                    TableName=table,
+                    Key=serialize({"pk": product, "sk": TOTAL}),
+                    UpdateExpression="SET quantity = :v",
+                    ExpressionAttributeValues=serialize({":v": 9999}),
+                )
+                self.faulted(product, "sum/rogue-set")
+
+    # --- judging ------------------------------------------------------------------------
+
+    def judge(self, alerts: list[Alert], acknowledged: Acknowledged) -> Outcome:
+        faults = self.faults + self.aggregator.faults
+        broken = {f.pk for f in faults}
+        outcome = Outcome(self.seed, alerts=[a.body for a in alerts])
+        # An alert before its parent's first fault was not about the fault.
+        first_fault = {pk: min(f.at for f in faults if f.pk == pk) for pk in broken}
+        alerted = {alert_pk(a.body) for a in alerts if a.at >= first_fault.get(alert_pk(a.body), 0)}
+        outcome.false_negatives = broken - alerted
+        outcome.false_positives = {
+            alert_pk(a.body)
+            for a in alerts
+            if a.at < first_fault.get(alert_pk(a.body), float("inf"))
+        }
+        for fault in faults:
+            # The first alert on its parent after it (one before it was on something else).
+            first = min(
+                (a.at for a in alerts if alert_pk(a.body) == fault.pk and a.at >= fault.at),
+                default=None,
+            )
+            if first is not None:
+                outcome.latencies.setdefault(fault.kind, []).append(first - fault.at)
+        items = self.scan()
+        lost = outcome.lost_writes
+        for name, edge in sorted(acknowledged.edges.items()):
+            item = items.get(tuple(name.split("/", 1)))  # type: ignore[arg-type]
+            found = None
+            if item is not None:
+                status = FOLLOWING if str(item["GSI1SK"]).startswith(FOLLOWING) else BLOCKED
+                found = (item["GSI1PK"], status)
+            if found != (tuple(edge) if edge else None):
+                lost.append(f"edge {name}: acknowledged {edge}, found {found}")
+        for name, quantity in sorted(acknowledged.lines.items()):
+            item = items.get(tuple(name.split("/", 1)))  # type: ignore[arg-type]
+            found = None if item is None else int(item["quantity"])
+            if found != quantity:
+                lost.append(f"line {name}: acknowledged {quantity}, found {found}")
+        followers: defaultdict[str, int] = defaultdict(int)
+        totals: defaultdict[str, Decimal] = defaultdict(Decimal)
+        for (pk, sk), item in items.items():
+            if sk.startswith("FOLLOWS#") and str(item.get("GSI1SK", "")).startswith(FOLLOWING):
+                followers[item["GSI1PK"]] += 1
+            if pk.startswith("cart#") and sk.startswith("product#"):
+                totals[sk] += item["quantity"]
+        for followee in FOLLOWEES:
+            counter = items.get((followee, PROFILE), {}).get("followerCount")
+            if counter != followers[followee]:
+                lost.append(f"{followee} counter {counter}, {followers[followee]} edges")
+        for product in PRODUCTS:
+            total = items.get((product, TOTAL), {}).get("quantity")
+            if product not in broken and total != totals[product]:
+                lost.append(f"{product} total {total}, lines {totals[product]}")
+        # Only a broken followee's profile may be written, and only after it was broken.
+        repairable = {f.pk for f in faults if f.kind.startswith("count/")}
+        outcome.harmful_writes = [
+            f"{operation} {pk}/{sk}"
+            for at, operation, pk, sk in self.calls.writes
+            if not (sk == PROFILE and pk in repairable and at >= first_fault[pk])
+        ]
+        outcome.cost = self.cost(acknowledged)
+        return outcome
+
+    def cost(self, acknowledged: Acknowledged) -> dict[str, dict[str, Any]]:
+        """The reconciler's read units per rule against a naive recount per write."""
+        per_followee = {f: self.query_units(GSI1, "GSI1PK", f, FOLLOWING) for f in FOLLOWEES}
+        per_product = {p: self.query_units(BY_PRODUCT, "sk", p) for p in PRODUCTS}
+        naive_followers = sum(per_followee[f] for touched in acknowledged.touched for f in touched)
+        naive_products = sum(per_product[p] for p in acknowledged.line_products)
+        reads = self.calls.reads
+        return {
+            "followers": {
+                "writes": acknowledged.edge_writes,
+                "reconciler": round(reads.total("followers"), 2),
+                "naive": round(naive_followers, 2),
+                "operations": {k: round(v, 2) for k, v in reads.units.get("followers", {}).items()},
+            },
+            "products": {
+                "writes": acknowledged.line_writes,
+                "reconciler": round(reads.total("products"), 2),
+                "naive": round(naive_products, 2),
+                "operations": {k: round(v, 2) for k, v in reads.units.get("products", {}).items()},
+            },
+        }
+
+    def query_units(
+        self, index: str, attribute: str, value: str, prefix: str | None = None
+    ) -> float:
+        """What one eventually consistent Query of ``value``'s index partition costs now."""
+        condition = "#k = :v"
+        values: dict[str, Any] = {":v": value}
+        names = {"#k": attribute}
+        if prefix is not None:
+            condition += " AND begins_with(#s, :p)"
+            values[":p"] = prefix
+            names["#s"] = "GSI1SK"
+        pages = self.stack.dynamodb.get_paginator("query").paginate(
+            TableName=self.stack.table,
+            IndexName=index,
+            KeyConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=serialize(values),
+            ReturnConsumedCapacity="TOTAL",
+        )
+        return float(sum(page["ConsumedCapacity"]["CapacityUnits"] for page in pages))
+
+    def scan(self) -> dict[tuple[str, str], dict[str, Any]]:
+        pages = self.stack.dynamodb.get_paginator("scan").paginate(
+            TableName=self.stack.table, ConsistentRead=True
+        )
+        items = (deserialize(i) for page in pages for i in page["Items"])
+        return {(i["pk"], i["sk"]): i for i in items}
+
+
+def pooled(outcomes: list[Outcome]) -> dict[str, list[float]]:
+    """Every run's latencies per fault kind, and per rule ("count", "sum")."""
+    pool: dict[str, list[float]] = {}
+    for outcome in outcomes:
+        for kind, values in outcome.latencies.items():
+            pool.setdefault(kind, []).extend(values)
+            pool.setdefault(kind.split("/")[0] + " (all)", []).extend(values)
+    return pool
+
+
+def median_max(values: list[float]) -> tuple[float, float]:
+    return statistics.median(values), max(values)
+
+
+@contextlib.contextmanager
+def index_stack(dynamodb_endpoint: str, moto_endpoint: str) -> Iterator[Any]:
+    """A fresh stack for the scenario (its table, the audit table, topic and queues, the
+    handlers' environment pointing at them and at live_index_rules.toml), inside or outside
+    pytest; the environment and the handlers' cached clients are restored after."""
+    from tally.core.settings import settings
+    from tests.integration.conftest import Stack
+
+    template = load_template(template_path())
+    dynamodb = boto3.client("dynamodb", **local_client_kwargs(dynamodb_endpoint))
+    suffix = uuid.uuid4().hex[:10]
+    table, audit_table = f"tally-idx-{suffix}", f"tally-idx-audit-{suffix}"
+    create_table_from(dynamodb, index_table_kwargs(table), "expirationTime")
+    create_table(dynamodb, template, "AuditTable", audit_table)
+    local = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
+    sns, sqs = boto3.client("sns", **local), boto3.client("sqs", **local)
+    topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
+    alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
+    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
+    recheck_queue = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
+    variables = {
+        "TABLE_NAME": table,
+        "AUDIT_TABLE_NAME": audit_table,
+        "ALERT_TOPIC_ARN": topic_arn,
+        "RECHECK_QUEUE_URL": recheck_queue,
+        "RULES_FILE": str(RULES_FILE),
+        "DYNAMODB_ENDPOINT": dynamodb_endpoint,
+        "AWS_ENDPOINT_URL_SNS": moto_endpoint,
+        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
+    }
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+
+    def clear() -> None:
+        settings.cache_clear()
+        runtime.rules.cache_clear()
+        runtime._clients.cache_clear()
+
+    clear()
+    try:
+        streams = boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb_endpoint))
+        reader = StreamReader(streams, stream_arn(dynamodb, table))
+        yield Stack(
+            dynamodb, sqs, table, audit_table, topic_arn, alert_queue, recheck_queue, reader
+        )
+    finally:
+        clear()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for name in (table, audit_table):
+            with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
+                dynamodb.delete_table(TableName=name)
