@@ -10,11 +10,11 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from tally.reconciler.rechecks import Recheck, RecheckQueue, parse_recheck
+from tally.reconciler.rechecks import Recheck, RecheckQueue, merge_index_looks, parse_recheck
 
 RECHECK = Recheck(
     rule="issues",
@@ -117,3 +117,41 @@ def test_a_bad_body_names_the_field(body: str, field: str) -> None:
 def test_a_body_that_is_not_json_says_so() -> None:
     with pytest.raises(ValueError, match="body: Invalid JSON"):
         parse_recheck("{not json")
+
+
+# --- looks at a parent whose children are found through an index, merged per batch -----------
+
+looks = st.lists(
+    st.tuples(
+        st.sampled_from(["followers", "likes"]),
+        st.sampled_from(["USER#ann", "USER#bob"]),
+        st.sampled_from([None, "1 1", "2 2"]),
+        st.sampled_from([None, ("1", "1"), ("2", "1")]),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=1000)
+@given(looks)
+def test_looks_at_one_indexed_parent_in_one_batch_become_the_last_one(
+    batch: list[tuple[str, str, str | None, tuple[str, str] | None]],
+) -> None:
+    rechecks = [
+        (f"m{n}", Recheck(rule, {"PK": pk}, 0, "look", observed, reference=reference))
+        for n, (rule, pk, reference, observed) in enumerate(batch)
+    ]
+    merged = merge_index_looks(rechecks, {"followers"})
+    for rule, pk in {(rule, pk) for rule, pk, _, _ in batch}:
+        same = [(m, r) for m, r in rechecks if (r.rule, r.key["PK"]) == (rule, pk)]
+        if rule != "followers" or len(same) < 2:
+            assert not any(m in merged for m, _ in same)  # taken as they are
+            continue
+        *answered, (last, look) = same
+        assert all(merged[m] is None for m, _ in answered)
+        taken = merged[last]
+        assert taken is not None and (taken.rule, taken.key) == (look.rule, look.key)
+        references = {r.reference for _, r in same}
+        observations = {r.observed for _, r in same}
+        assert taken.reference == (look.reference if len(references) == 1 else None)
+        assert taken.observed == (look.observed if len(observations) == 1 else None)

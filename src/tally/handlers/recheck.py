@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
-from tally.reconciler.rechecks import parse_recheck
+from tally.reconciler.rechecks import Recheck, merge_index_looks, parse_recheck
 
 processor = BatchProcessor(event_type=EventType.SQS)
 
@@ -25,9 +25,15 @@ processor = BatchProcessor(event_type=EventType.SQS)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     reconciler = runtime.reconciler()  # one repair budget for the whole batch of rechecks
+    merged = merge_index_looks(_readable(event), reconciler.indexed_rules)
 
     def record_handler(record: SQSRecord) -> None:
         recheck = parse_recheck(record.body)
+        if record.message_id in merged:
+            look = merged[record.message_id]
+            if look is None:
+                return  # a later message of this batch takes the same parent's look
+            recheck = look
         logger.info("recheck", extra={"rule": recheck.rule, "key": recheck.key})
         reconciler.recheck(recheck)
 
@@ -36,3 +42,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
     )
     runtime.emit_metrics(reconciler)
     return response
+
+
+def _readable(event: dict[str, Any]) -> list[tuple[str, Recheck]]:
+    """The batch's rechecks that parse (a bad one fails on its own, in its record's turn)."""
+    found = []
+    for raw in event.get("Records") or []:
+        try:
+            found.append((str(raw["messageId"]), parse_recheck(raw["body"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found

@@ -314,20 +314,15 @@ class Counts:
         """
         assert rule.through is not None
         grace = rule.through.grace_seconds
-        snapshot = self.settled_recount(rule, key)
-        parent = snapshot.parent if snapshot else ParentState(False)
+        parent = self._table.read_parent(rule, key)
         state = lifecycle.state_of(parent.exists, parent.counter, parent.revision)
-        if snapshot is not None and state != reference:
-            finding = self.finding_of(rule, key, snapshot, None)
-            if finding is None or finding.kind != "orphans":
-                seen = None
-                if finding is not None:
-                    self._reporter.unconfirmed(finding)
-                    seen = observation(finding)
-                self._scheduler.schedule(
-                    rule, key, 0, INDEX_MOVED, seen, delay=grace, reference=state
-                )
-                return
+        if state != reference:
+            # Nothing to judge yet: one read of the parent, and a look a grace later.
+            self._scheduler.schedule(
+                rule, key, 0, INDEX_MOVED, observed, delay=grace, reference=state
+            )
+            return
+        snapshot = self.settled_recount(rule, key, parent)
         finding = self._judged(rule, key, snapshot, None, None)
         if snapshot is None or finding is None:
             return

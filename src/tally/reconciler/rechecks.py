@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -96,3 +97,33 @@ def parse_recheck(body: str) -> Recheck:
         parsed.carry_through,
         parsed.reference,
     )
+
+
+def merge_index_looks(
+    rechecks: Sequence[tuple[str, Recheck]], indexed: Collection[str]
+) -> dict[str, Recheck | None]:
+    """Looks at one parent of a rule whose children are found through an index (``indexed``:
+    those rules' names), received together, made one: the last message takes the look, with
+    the reference and observation they all share (None where they differ: the look then
+    judges nothing and looks again); the others are answered by it (None). One look a grace
+    after the latest change covers every earlier one. Other rechecks are left out."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[str, Recheck]]] = {}
+    for message, recheck in rechecks:
+        if recheck.rule in indexed:
+            groups.setdefault((recheck.rule, tuple(sorted(recheck.key.items()))), []).append(
+                (message, recheck)
+            )
+    merged: dict[str, Recheck | None] = {}
+    for looks in groups.values():
+        if len(looks) < 2:
+            continue
+        *answered, (last, look) = looks
+        merged |= {message: None for message, _ in answered}
+        references = {recheck.reference for _, recheck in looks}
+        observations = {recheck.observed for _, recheck in looks}
+        merged[last] = replace(
+            look,
+            reference=references.pop() if len(references) == 1 else None,
+            observed=observations.pop() if len(observations) == 1 else None,
+        )
+    return merged

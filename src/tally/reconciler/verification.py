@@ -100,6 +100,11 @@ class Reconciler:
         return self._groups.carrying
 
     @property
+    def indexed_rules(self) -> frozenset[str]:
+        """The rules whose children are found through an index."""
+        return frozenset(r.name for r in self.rules if getattr(r, "through", None))
+
+    @property
     def concurrency(self) -> int:
         return self._runner.concurrency
 
