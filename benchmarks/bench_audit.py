@@ -247,7 +247,7 @@ def run_engine(engine: str, out: Path) -> dict[str, Any]:
 def scan_cpu(items: int = 200_000) -> float:
     """The scan engine's own cost per item, no I/O: deserialize, classify, tally (µs)."""
     from tally.core.dynamodb import deserialize
-    from tally.reconciler.full_audit import _Entry, _tally
+    from tally.reconciler.audit_scan import _Entry, _tally
     from tally.rules import load_rules
 
     rules = load_rules(RULES_FILE)

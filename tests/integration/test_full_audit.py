@@ -7,8 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from tally.reconciler import full_audit as full_audit_module
-from tally.reconciler import runtime
+from tally.reconciler import audit_scan, runtime
 from tally.reconciler.full_audit import full_audit
 from tally.rules import load_rules
 from tally.writers import SequenceAllocator, TallyWriter
@@ -78,7 +77,7 @@ def test_an_error_while_checking_stops_the_scanning_threads_and_is_raised(
     for post in range(40):
         stack.put({"PK": f"POST#{post}", "SK": "META", "likeTally": 1})  # 40 candidates
     # A queue of one: the scanning threads are blocked handing over when the check fails.
-    monkeypatch.setattr(full_audit_module, "_QUEUE_SIZE", 1)
+    monkeypatch.setattr(audit_scan, "_QUEUE_SIZE", 1)
     checker = runtime.reconciler()
 
     def fail(*args: object, **kwargs: object) -> None:

@@ -19,7 +19,8 @@ from tally.core.settings import settings as tally_settings
 from tally.local.audit_duckdb import duckdb_audit
 from tally.local.exports import read_export, write_export
 from tally.reconciler import runtime
-from tally.reconciler.full_audit import AuditReport, full_audit
+from tally.reconciler.audit_report import AuditReport
+from tally.reconciler.full_audit import full_audit
 from tally.reconciler.repairs import RepairPolicy
 from tally.rules import load_rules
 from tally.rules.live_table import describe, sample

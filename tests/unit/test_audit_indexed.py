@@ -25,9 +25,9 @@ from tally.local.athena_sql import check, to_duckdb
 from tally.local.audit_duckdb import candidates
 from tally.local.exports import read_export
 from tally.reconciler.athena_plan import plan
+from tally.reconciler.audit_scan import _disagrees, _Indexed
 from tally.reconciler.audit_sql import EXACT_AMOUNT, AuditQuery
 from tally.reconciler.candidates import Candidate, parse_candidate
-from tally.reconciler.full_audit import _disagrees, _Indexed
 from tally.reconciler.unindexed import finding, index_key_types, unindexed
 from tally.rules import CountRule, SumRule, parse_rules
 from tests.unit.test_audit_sql import DESCRIPTION

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tally.reconciler.changes import Batch, Group, group_records
+from tally.reconciler.changes import Batch, Group
+from tally.reconciler.grouping import group_records
 from tally.reconciler.stream_images import TTL_PRINCIPAL
 from tally.rules import REPAIR_MARKER, load_rules
 from tests.utils import stream_record

@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.changes import group_records
+from tally.reconciler.grouping import group_records
 from tally.rules import load_rules
 from tests.utils import stream_record
 

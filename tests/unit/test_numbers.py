@@ -30,9 +30,9 @@ from tally.core.numbers import (
 )
 from tally.local.audit_duckdb import candidates
 from tally.local.exports import read_export
+from tally.reconciler.audit_scan import _disagrees, _tally
 from tally.reconciler.audit_sql import AuditQuery
-from tally.reconciler.changes import group_records
-from tally.reconciler.full_audit import _disagrees, _tally
+from tally.reconciler.grouping import group_records
 from tally.reconciler.protocol.carry import Carry
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.repairs import RepairPolicy

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.reconciler.changes import group_records
+from tally.reconciler.grouping import group_records
 from tally.rules import RulesFileError, SequenceRule, parse_rules
 from tests.utils import stream_record
 

@@ -17,7 +17,7 @@ import pytest
 from tally.local.functions import functions
 from tally.local.template import load_template, template_path
 from tally.reconciler.athena_plan import AthenaPlan
-from tally.reconciler.full_audit import AuditReport
+from tally.reconciler.audit_report import AuditReport
 
 TEMPLATE = load_template(template_path())
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from botocore.exceptions import ClientError
 
 from tally.reconciler.audit_store import AuditLog
-from tally.reconciler.changes import Batch, Claim, Group, fold_record
+from tally.reconciler.changes import Batch, Claim, Group
+from tally.reconciler.grouping import fold_record
 from tally.reconciler.stats import StatsBook
 from tally.rules import RuleSet
 

@@ -16,9 +16,9 @@ from tally.reconciler.alerts import AlertPublisher
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.batches import CollectionRunner, Deadline, confirm_own_writes
 from tally.reconciler.carry_book import CarryBook, CarryId
-from tally.reconciler.changes import group_records
 from tally.reconciler.counts import Counts
 from tally.reconciler.findings import Finding, Off
+from tally.reconciler.grouping import group_records
 from tally.reconciler.groups import GroupVerifier
 from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.protocol.batching import item_collections

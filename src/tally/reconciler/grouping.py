@@ -1,0 +1,277 @@
+"""From stream records to per-(rule, parent) groups of changes, with no reads.
+
+Each record is classified by the rules (parent, child, sequence counter, sequence member,
+or unrelated) and folded into its group: counter deltas on one side, child deltas (or
+member numbers) on the other. Only the attributes a rule names are deserialized. Nothing
+in a record can raise out of here: a record that cannot be read makes its group unbalanced
+(so the table itself is consulted), or, without readable keys, is counted as malformed.
+A record carrying a fresh repair marker is set aside as a claim: whether it is the
+reconciler's own write is for the audit table to say, not the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from tally.core.numbers import add, subtract
+from tally.reconciler.changes import (
+    Batch,
+    Claim,
+    Expiry,
+    Group,
+    Invalid,
+    LedgerChange,
+    key_id,
+)
+from tally.reconciler.findings import Evidence, shown
+from tally.reconciler.protocol import lifecycle
+from tally.reconciler.protocol.judgement import valid_counter
+from tally.reconciler.stream_images import (
+    MISSING,
+    amount,
+    attr,
+    marker_change,
+    member_number,
+    record_keys,
+    removed_by_ttl,
+    shown_value,
+)
+from tally.rules import (
+    AnyRule,
+    AttributeMembers,
+    CountRule,
+    Key,
+    Match,
+    RuleSet,
+    SequenceRule,
+    SumRule,
+)
+
+
+def group_records(records: Iterable[Any], rules: RuleSet) -> Batch:
+    """Fold raw stream records (Lambda's event shape) into groups; never raises per record."""
+    batch = Batch()
+    for record in records:
+        batch.records += 1
+        fold_record(batch, record, rules)
+    return batch
+
+
+def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = False) -> None:
+    """Fold one record into its groups; ``claimed``: its marker claim was already refused."""
+    try:
+        stream = record["dynamodb"]
+        keys = record_keys(stream["Keys"])
+        sequence_number = str(stream["SequenceNumber"])
+        int(sequence_number)  # a sequence number is a decimal string
+        matches = rules.classify(keys)
+    except Exception:
+        # Without keys or a sequence number nothing can be verified or retried: log it.
+        event_id = record.get("eventID", "?") if isinstance(record, Mapping) else "?"
+        batch.malformed.append(str(event_id))
+        return
+    if not matches:
+        batch.skipped += 1
+        return
+    at = stream.get("ApproximateCreationDateTime")  # formatted only if it ends up in a finding
+    event: str | None = None
+    try:
+        new = stream.get("NewImage") or {}
+        old = stream.get("OldImage") or {}
+        marker = None if claimed else marker_change(old, new)
+        if marker is not None:
+            batch.claims.append(Claim(record, marker, keys))
+            return
+        event = str(record["eventName"])
+    except Exception:
+        event = None
+    groups: list[tuple[Group, Match, Mapping[str, Any], Mapping[str, Any]]] = []
+    for match in matches:
+        if match.role != "indexed":
+            groups.append((batch.group(match), match, old, new))
+            continue
+        try:
+            named = [_named_by(match.rule, rules, image) for image in (old, new)]
+        except Exception:
+            # An index key no writer could store: no parent is known to verify. Logged.
+            batch.malformed.append(str(record.get("eventID", "?")))
+            return
+        for parent in dict.fromkeys(key_id(p) for p in named if p is not None):
+            # Each parent sees the images that name it: a re-parented child is -1 on one
+            # group and +1 on the other; an image that names another parent counts 0 here.
+            images = [
+                i if n is not None and key_id(n) == parent else {}
+                for i, n in zip((old, new), named, strict=True)
+            ]
+            group = batch.group(replace(match, parent_key=dict(parent)))
+            groups.append((group, match, images[0], images[1]))
+    if not groups:
+        batch.skipped += 1  # an item found through an index that is no child, before or after
+        return
+    for group, match, before, after in groups:
+        group.sequence_numbers.append(sequence_number)
+        if group.first_at is None and at is not None:
+            group.first_at = at
+        if event is None:
+            group.unreadable += 1
+            continue
+        try:
+            _fold_match(group, match, record, event, keys, before, after, sequence_number, at)
+        except Exception:
+            # A value no writer could have stored (NaN, 39 digits...): let the table decide.
+            group.unreadable += 1
+
+
+def _fold_match(
+    group: Group,
+    match: Match,
+    record: Mapping[str, Any],
+    event: str,
+    keys: Key,
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    sequence_number: str,
+    at: Any,
+) -> None:
+    if match.role == "parent":
+        _fold_parent(group, event, keys, old, new, sequence_number, at)
+    elif match.role == "child":
+        _fold_child(group, record, keys, old, new, sequence_number, at)
+    elif match.role == "indexed":
+        _fold_child(group, record, keys, old, new, sequence_number, at, by_image=True)
+    else:
+        number = (
+            member_number(match.rule, keys, old),
+            member_number(match.rule, keys, new),
+        )
+        _fold_member(group, event, keys, number, sequence_number, at)
+        rule = match.rule
+        ledgered = isinstance(rule, SequenceRule) and isinstance(rule.members, AttributeMembers)
+        if ledgered and number[0] != number[1]:
+            group.ledger.append(LedgerChange(keys, *number, sequence_number))
+
+
+def _fold_parent(
+    group: Group,
+    event: str,
+    keys: Key,
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    sequence_number: str,
+    at: Any,
+) -> None:
+    rule = group.rule
+    before, after = attr(old, rule.counter), attr(new, rule.counter)
+    if getattr(rule, "through", None) is not None:
+        group.parent_state = _state_after(rule, event, after, new)
+    evidence = Evidence(sequence_number, event, keys, shown_value(before), shown_value(after), at)
+    if event == "REMOVE":
+        group.parent_removed = True
+        group.evidence.append(evidence)
+        return
+    if before == after:
+        return  # the counter did not move: nothing to balance
+    group.evidence.append(evidence)
+    if not valid_counter(rule, after, absent=MISSING):
+        group.invalid.append(Invalid(keys, rule.counter, shown(after), evidence))
+        return
+    # An absent counter reads as 0: a writer (or a rogue) may REMOVE it or put the item anew.
+    before_n = before if isinstance(before, Decimal) else Decimal(0)
+    after_n = after if isinstance(after, Decimal) else Decimal(0)
+    if isinstance(rule, SequenceRule):
+        if after_n > before_n:
+            group.handed_out.append((int(before_n) + 1, int(after_n)))
+        elif after_n < before_n:
+            group.decreases.append(evidence)  # a sequence never goes backwards
+        group.counter_seen = max(group.counter_seen, int(after_n), int(before_n))
+    else:
+        delta = subtract(after_n, before_n)
+        group.counter_delta = add(group.counter_delta, delta)
+        if group.counter_before is None:
+            group.counter_before = before_n
+        group.deltas.append((sequence_number, delta))
+
+
+def _state_after(rule: AnyRule, event: str, counter: Any, new: Mapping[str, Any]) -> str:
+    revision = attr(new, rule.revision) if rule.revision else MISSING
+    return lifecycle.state_of(
+        event != "REMOVE",
+        None if counter is MISSING else counter,
+        None if revision is MISSING else revision,
+    )
+
+
+def _fold_child(
+    group: Group,
+    record: Mapping[str, Any],
+    keys: Key,
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    sequence_number: str,
+    at: Any,
+    *,
+    by_image: bool = False,
+) -> None:
+    """``by_image``: a count is told by the images (a child found through an index counts
+    while an image names the group's parent), not by the event."""
+    rule = group.rule
+    event = record["eventName"]
+    if isinstance(rule, SumRule):
+        before, after = amount(old, rule.summed), amount(new, rule.summed)
+        for value, image in ((before, old), (after, new)):
+            if value is None and image:
+                invalid = shown(attr(image, rule.summed))
+                evidence = Evidence(sequence_number, event, keys, at=at)
+                group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
+                return
+        delta = subtract(after or Decimal(0), before or Decimal(0))
+    elif by_image:
+        delta = Decimal(bool(new) - bool(old))
+    else:
+        delta = Decimal({"INSERT": 1, "REMOVE": -1}.get(event, 0))
+    if delta == 0:
+        return
+    evidence = Evidence(sequence_number, event, keys, at=at)
+    group.evidence.append(evidence)
+    if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, CountRule | SumRule):
+        if rule.on_ttl_expiry == "decrement":
+            group.expiries.append(
+                Expiry(keys, delta.copy_negate(), str(record["eventID"]), evidence)
+            )
+            return
+        group.ttl_removed = True
+    group.child_delta = add(group.child_delta, delta)
+    group.deltas.append((sequence_number, delta.copy_negate()))
+
+
+def _named_by(rule: AnyRule, rules: RuleSet, image: Mapping[str, Any]) -> Key | None:
+    """The parent a child found through an index names in one image (None: none); only the
+    index's key attributes are deserialized."""
+    assert isinstance(rule, CountRule | SumRule) and rule.through is not None
+    values = {name: attr(image, name) for name in rule.through.attributes}
+    present = {name: value for name, value in values.items() if value is not MISSING}
+    return rule.indexed_parent(present, rules.table)
+
+
+def _fold_member(
+    group: Group,
+    event: str,
+    keys: Key,
+    numbers: tuple[int | None, int | None],
+    sequence_number: str,
+    at: Any,
+) -> None:
+    before, after = numbers
+    if before == after:
+        return
+    group.evidence.append(Evidence(sequence_number, event, keys, before, after, at))
+    if before is not None:
+        group.members_removed += 1
+        group.lowest_given_up = min(before, group.lowest_given_up or before)
+        group.highest_given_up = max(before, group.highest_given_up)
+    if after is not None:
+        group.inserted[after] += 1
+    group.highest_member = max(group.highest_member, before or 0, after or 0)
