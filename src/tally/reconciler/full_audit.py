@@ -107,7 +107,7 @@ class Audit:
         table.reads.add(response, 1 if "Item" in response else 0)
         if why is not None:
             # Audit-only: no recount can see it, so it goes straight to the reporter.
-            reconciler._reporter.alert_unrepaired(unindexed_finding(target, table.name, key, why))
+            reconciler.alert_unrepaired(unindexed_finding(target, table.name, key, why))
 
     def check_candidates(self, candidates: Iterable[Candidate], defer: bool) -> None:
         """The audit query's rows, each through the same path as a scanned candidate."""

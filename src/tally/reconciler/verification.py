@@ -198,6 +198,11 @@ class Reconciler:
         """The member ledger made to agree with a scan; the highest number dropped (0: none)."""
         return self._sequences.rebuild_ledger(rule, scanned)
 
+    def alert_unrepaired(self, finding: Finding) -> None:
+        """A finding no recount can see (an item the index cannot hold): alerted, never
+        repaired."""
+        self._reporter.alert_unrepaired(finding)
+
     def flush_alerts(self) -> None:
         """Send what an earlier failure left in the outbox; a failure here waits for the next."""
         self._reporter.flush_alerts()
