@@ -173,13 +173,14 @@ class Counts:
         return committed is not False
 
     def settled_recount(
-        self, rule: TallyRule, key: Key, first: ParentState | None = None
+        self, rule: TallyRule, key: Key, first: ParentState | None = None, *, confirm: bool = True
     ) -> Snapshot | None:
         """A count that is a true snapshot, or None when the parent never held still.
 
         With a revision, one settled read suffices: writers bump it with every counter
         change, so an A->B->A change cannot pass. Without one, drift is only called when
-        two settled reads agree.
+        two settled reads agree. ``confirm=False``: children found through an index are
+        counted from the index alone (a look whose finding could not stand yet).
         """
         settle = self._scheduler.settle
         agreed: Snapshot | None = None
@@ -190,7 +191,7 @@ class Counts:
             tally = (
                 self._table.tally_children(rule, key)
                 if rule.through is None
-                else self._table.tally_indexed(rule, key, before.counter)
+                else self._table.tally_indexed(rule, key, before.counter, confirm=confirm)
             )
             after = self._table.read_parent(rule, key)
             if not before.same_as(after):
@@ -271,7 +272,7 @@ class Counts:
         that moved was moved by stream records, whose batches recheck it again. Never
         repaired: a write would race the aggregator's pending deltas.
         """
-        snapshot = self.settled_recount(rule, key)
+        snapshot = self.settled_recount(rule, key, confirm=observed is not None)
         if snapshot is None:
             self._stats().deferred += 1
             reason = "parent kept changing during recount"
@@ -322,7 +323,8 @@ class Counts:
                 rule, key, 0, INDEX_MOVED, observed, delay=grace, reference=state
             )
             return
-        snapshot = self.settled_recount(rule, key, parent)
+        # Only a look whose finding could stand (a second one) confirms the index's hits.
+        snapshot = self.settled_recount(rule, key, parent, confirm=observed is not None)
         finding = self._judged(rule, key, snapshot, None, None)
         if snapshot is None or finding is None:
             return

@@ -72,15 +72,18 @@ class ParentReads(TableAccess):
                 unreadable.append((self.rules.key_of(item), amount))
         return Tally(total, children, tuple(unreadable))
 
-    def tally_indexed(self, rule: CountRule | SumRule, parent_key: Key, counter: Any) -> Tally:
+    def tally_indexed(
+        self, rule: CountRule | SumRule, parent_key: Key, counter: Any, *, confirm: bool = True
+    ) -> Tally:
         """Count or sum the children found through the rule's index.
 
         The index is eventually consistent: an entry may be stale (the child since deleted,
         moved to another parent or out of the counted status). When the index's own entries
-        agree with ``counter`` that is the answer; otherwise each hit is confirmed by a
-        consistent read of its base item, and only base items that still name this parent
-        count. A child the index does not show yet is not found here: the caller looks only a
-        grace after the parent's last change, and judges on two agreeing looks.
+        agree with ``counter`` (or ``confirm`` is off: a look that only observes) that is the
+        answer; otherwise each hit is confirmed by a consistent read of its base item, and
+        only base items that still name this parent count. A child the index does not show
+        yet is not found here: the caller looks only a grace after the parent's last change,
+        and judges on two agreeing looks.
         """
         self.reads.recounted()
         through = rule.through
@@ -110,7 +113,7 @@ class ParentReads(TableAccess):
                 if claimed(key):
                     hits[tuple(key.values())] = item
         indexed = self._tally(rule, len(hits), list(hits.values()))
-        if indexed.actual == counter and not indexed.unreadable:
+        if not indexed.unreadable and (indexed.actual == counter or not confirm):
             return indexed
         summed = rule.summed if isinstance(rule, SumRule) else None
         keys = [self.rules.key_of(item) for item in hits.values()]
