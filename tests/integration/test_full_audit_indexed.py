@@ -34,7 +34,7 @@ kind = "count"
 parent = { PK = "USER#*", SK = "PROFILE" }
 children = { PK = "USER#*", SK = "FOLLOWS#*" }
 counter = "followerCount"
-repair = "auto"
+repair = "alert"
 [rules.through]
 index = "GSI1"
 partition_key = "GSI1PK"

@@ -42,7 +42,7 @@ RULES = parse_rules(
                 "parent": {"PK": "USER#*", "SK": "PROFILE"},
                 "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
                 "counter": "followerCount",
-                "repair": "auto",
+                "repair": "alert",
                 "through": {
                     "index": "GSI1",
                     "partition_key": "GSI1PK",

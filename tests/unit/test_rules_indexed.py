@@ -101,3 +101,12 @@ def test_a_rule_through_an_index_that_cannot_work_is_refused_by_field(
 def test_a_summed_attribute_that_is_an_index_key_is_refused() -> None:
     with pytest.raises(RulesFileError, match="field 'summed'"):
         rules_with(kind="sum", summed="GSI1PK", counter="total")
+
+
+def test_a_rule_through_an_index_repairs_only_with_a_revision() -> None:
+    """Without a revision, a counter that went A->B->A between two looks would pass for one
+    that held still; such a rule may alert, not repair."""
+    with pytest.raises(RulesFileError, match="field 'revision'"):
+        rules_with(repair="auto")
+    assert rules_with(repair="auto", revision="rev")["followers"].repair == "auto"
+    assert rules_with(repair="alert")["followers"].revision is None

@@ -26,6 +26,7 @@ from tally.reconciler.protocol.judgement import (
 from tally.reconciler.protocol.judgement import judge as verdict_on
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.protocol.repair import never_repaired
+from tally.reconciler.rechecks import MAX_DELAY_SECONDS, Recheck
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED, Scheduler
@@ -300,31 +301,38 @@ class Counts:
             replace(finding, detail=detail).with_repair(Repair("skipped", why))
         )
 
-    def verify_indexed(
-        self, rule: TallyRule, key: Key, observed: Observed | None, reference: str | None
-    ) -> None:
+    def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None) -> None:
         """Judge a parent whose children are found through an index, a grace after its change.
 
         A write that moved the parent less than a grace ago may not be in the index yet, and
         may hide a fault or fake one. So a look judges only a parent that held still since
-        ``reference`` (its state when the batch, or the look, that sent it here saw it, a
-        grace ago); otherwise it looks again a grace later, from the state it read. A finding
-        stands only when the next look sees the same counter and the same truth
-        (``observed``); the repair is then fenced on the counter and revision that look read,
-        and on the parent existing.
+        the state it was ``sent`` with (its reference: the parent as the batch, or the look,
+        that sent it here saw it, a grace ago) and through the look itself; otherwise it
+        looks again, from the state it read, waiting longer each time the parent moved. A
+        finding stands only when the next look sees the same counter and the same truth
+        (the observation it was sent with); the repair is then fenced on the counter and
+        revision that look read, and on the parent existing.
         """
-        assert rule.through is not None
-        grace = rule.through.grace_seconds
+        observed = sent.observed if sent else None
+        looks = sent.looks if sent else 0
         parent = self._table.read_parent(rule, key)
         state = lifecycle.state_of(parent.exists, parent.counter, parent.revision)
-        if state != reference:
-            # Nothing to judge yet: one read of the parent, and a look a grace later.
-            self._scheduler.schedule(
-                rule, key, 0, INDEX_MOVED, observed, delay=grace, reference=state
-            )
+        if state != (sent.reference if sent else None):
+            # Nothing to judge yet. What was seen of a parent that is gone still holds.
+            self._look_again(rule, key, state, observed if not parent.exists else None, looks)
             return
         # Only a look whose finding could stand (a second one) confirms the index's hits.
         snapshot = self.settled_recount(rule, key, parent, confirm=observed is not None)
+        if snapshot is not None and not snapshot.parent.same_as(parent):
+            after = snapshot.parent  # it moved during this look: judged from there, later
+            self._look_again(
+                rule,
+                key,
+                lifecycle.state_of(after.exists, after.counter, after.revision),
+                None,
+                looks,
+            )
+            return
         finding = self._judged(rule, key, snapshot, None, None)
         if snapshot is None or finding is None:
             return
@@ -332,6 +340,8 @@ class Counts:
             self._looks.judge_orphans(rule, key, finding, observed)
             return
         seen = observation(finding)
+        assert rule.through is not None
+        grace = rule.through.grace_seconds
         if not lifecycle.held(observed, seen):
             self._reporter.unconfirmed(finding)
             self._scheduler.schedule(
@@ -343,6 +353,17 @@ class Counts:
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: look again, from what is there then.
             self._scheduler.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
+
+    def _look_again(
+        self, rule: TallyRule, key: Key, state: str, observed: Observed | None, looks: int
+    ) -> None:
+        """A parent that moved since it was sent here: looked at again from ``state``, a grace
+        later, twice as late each time it keeps moving (up to SQS's longest delay)."""
+        assert rule.through is not None
+        delay = min(rule.through.grace_seconds << min(looks, 10), MAX_DELAY_SECONDS)
+        self._scheduler.schedule(
+            rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
+        )
 
     def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> None:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""

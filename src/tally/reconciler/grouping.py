@@ -96,9 +96,10 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
         try:
             named = [_named_by(match.rule, rules, image) for image in (old, new)]
         except Exception:
-            # An index key no writer could store: no parent is known to verify. Logged.
+            # An index key no writer could store: no parent of this rule is known to verify
+            # (logged); the record's other roles are folded as usual.
             batch.malformed.append(str(record.get("eventID", "?")))
-            return
+            continue
         for parent in dict.fromkeys(key_id(p) for p in named if p is not None):
             # Each parent sees the images that name it: a re-parented child is -1 on one
             # group and +1 on the other; an image that names another parent counts 0 here.
@@ -109,7 +110,8 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
             group = batch.group(replace(match, parent_key=dict(parent)))
             groups.append((group, match, images[0], images[1]))
     if not groups:
-        batch.skipped += 1  # an item found through an index that is no child, before or after
+        if str(record.get("eventID", "?")) not in batch.malformed:
+            batch.skipped += 1  # an item found through an index that is no child, then or now
         return
     for group, match, before, after in groups:
         group.sequence_numbers.append(sequence_number)

@@ -35,6 +35,9 @@ class Recheck:
     # Children found through an index: the parent's state (lifecycle.state_of) when the
     # batch or look that sent it here saw it; a look judges only a parent that held still.
     reference: str | None = None
+    # Children found through an index: the looks this chain took at a parent that kept moving
+    # (each waits twice as long as the last, up to SQS's 15 minutes).
+    looks: int = 0
 
 
 class RecheckQueue:
@@ -55,6 +58,8 @@ class RecheckQueue:
             del body["carry_through"]
         if recheck.reference is None:
             del body["reference"]
+        if not recheck.looks:
+            del body["looks"]
         self.sqs.send_message(
             QueueUrl=self.queue_url,
             MessageBody=json.dumps(body, sort_keys=True),
@@ -74,6 +79,7 @@ class _RecheckBody(BaseModel):
     epoch: int = Field(default=0, ge=0)
     carry_through: int = Field(default=0, ge=0)
     reference: str | None = None
+    looks: int = Field(default=0, ge=0)
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -96,6 +102,7 @@ def parse_recheck(body: str) -> Recheck:
         parsed.epoch,
         parsed.carry_through,
         parsed.reference,
+        parsed.looks,
     )
 
 
@@ -120,10 +127,14 @@ def merge_index_looks(
         *answered, (last, look) = looks
         merged |= {message: None for message, _ in answered}
         references = {recheck.reference for _, recheck in looks}
-        observations = {recheck.observed for _, recheck in looks}
+        # Looks sent with one reference saw the parent in that one state: what they observed
+        # agrees, or it is no observation to go on.
+        observations = {recheck.observed for _, recheck in looks} - {None}
+        shared = len(references) == 1 and len(observations) == 1
         merged[last] = replace(
             look,
             reference=references.pop() if len(references) == 1 else None,
-            observed=observations.pop() if len(observations) == 1 else None,
+            observed=observations.pop() if shared else None,
+            looks=max(recheck.looks for _, recheck in looks),
         )
     return merged

@@ -62,6 +62,7 @@ class Scheduler:
         delay: int | None = None,
         carry_through: int = 0,
         reference: str | None = None,
+        looks: int = 0,
     ) -> None:
         if delay is None:
             delay = self._delay(rule, carry_since)
@@ -78,6 +79,7 @@ class Scheduler:
             epoch,
             carry_through,
             reference,
+            looks,
         )
         if self.held is not None and reason in HELD_BY_AN_INLINE_AUDIT:
             self.held.append((recheck, delay))  # the full audit waits them out

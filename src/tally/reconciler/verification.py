@@ -101,8 +101,13 @@ class Reconciler:
 
     @property
     def indexed_rules(self) -> frozenset[str]:
-        """The rules whose children are found through an index."""
-        return frozenset(r.name for r in self.rules if getattr(r, "through", None))
+        """The rules whose children are found through an index, kept by writers (a counter an
+        aggregator keeps is judged a lag apart: its looks are not merged)."""
+        return frozenset(
+            r.name
+            for r in self.rules
+            if getattr(r, "through", None) and getattr(r, "lag_seconds", None) is None
+        )
 
     @property
     def concurrency(self) -> int:
@@ -155,7 +160,7 @@ class Reconciler:
             # Never carried; a carry recheck left from before the lag was set is judged too.
             self._counts.verify_aggregated(rule, key, recheck.observed)
         elif rule.through is not None:
-            self._counts.verify_indexed(rule, key, recheck.observed, recheck.reference)
+            self._counts.verify_indexed(rule, key, recheck)
         elif recheck.carry_since:
             since, through = recheck.carry_since, recheck.carry_through
             if not self._carries.recheck(rule, key, since, through, self._counts.recount):
@@ -172,7 +177,7 @@ class Reconciler:
         if rule.lag_seconds is not None:
             self._counts.verify_aggregated(rule, key, None)
         elif rule.through is not None:
-            self._counts.verify_indexed(rule, key, None, None)
+            self._counts.verify_indexed(rule, key, None)
         else:
             self._counts.verify_parent(rule, key, None)
 

@@ -198,6 +198,12 @@ def _indexed_children_problems(rule: CountRule | SumRule, keys: TableKeys) -> It
             "field 'on_ttl_expiry': 'decrement' is not offered for children found through an "
             "index; an expired child is a drift the recount finds (use 'alert')"
         )
+    if rule.repair == "auto" and rule.revision is None:
+        yield (
+            "field 'revision': children found through an index are repaired only with a "
+            "revision the writers bump: without one, a counter that went A->B->A between "
+            "two looks would pass for one that held still (or use repair = 'alert')"
+        )
     if isinstance(rule, SumRule) and rule.summed in through.attributes:
         yield f"field 'summed': {rule.summed!r} is a key of the index, not an amount"
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.protocol.lifecycle import emptied, held, observation, same
+from tally.reconciler.protocol.lifecycle import emptied, held, observation, same, state_of
 
 counters = st.one_of(st.none(), st.integers(-5, 50).map(Decimal))
 actuals = st.integers(0, 50).map(Decimal)
@@ -74,3 +74,13 @@ def test_a_finding_held_across_a_grace_only_when_counter_and_truth_are_unchanged
     first, second = (stored_1, str(actual_1)), (stored_2, str(actual_2))
     assert held(first, second) == (stored_1 == stored_2 and actual_1 == actual_2)
     assert not held(None, second)
+
+
+def test_a_null_revision_reads_as_the_stream_shows_it() -> None:
+    """A read shows a NULL revision as NULL, a stream image as None: one state, so a look
+    sent from the stream is not taken for a parent that moved."""
+    from tally.core.numbers import NULL
+
+    assert state_of(True, Decimal(3), NULL) == state_of(True, Decimal(3), None)
+    assert state_of(True, Decimal(3), None) != state_of(True, Decimal(3), Decimal(1))
+    assert state_of(False, None, None) != state_of(True, None, None)

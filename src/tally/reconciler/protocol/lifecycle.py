@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
-from tally.core.numbers import subtract
+from tally.core.numbers import NULL, subtract
 
 # What a look saw: the counter (None: no parent) and the children's truth, as text.
 Observed = tuple[str | None, str]
@@ -34,7 +34,7 @@ def state_of(exists: bool, counter: Any, revision: Any) -> str:
 
 
 def _shown(value: Any) -> str:
-    if value is None:
+    if value is None or value is NULL:  # absent, or NULL (as a read shows it; None in a stream)
         return "-"
     if isinstance(value, Decimal) and value.is_finite():
         return format(value.normalize(), "f") if value else "0"
