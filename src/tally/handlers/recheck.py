@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
-from tally.reconciler.rechecks import Recheck, merge_index_looks, parse_recheck
+from tally.reconciler.rechecks import Recheck, merge_index_looks, mergeable, parse_recheck
 
 processor = BatchProcessor(event_type=EventType.SQS)
 
@@ -25,7 +25,7 @@ processor = BatchProcessor(event_type=EventType.SQS)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     reconciler = runtime.reconciler()  # one repair budget for the whole batch of rechecks
-    merged = merge_index_looks(_readable(event), reconciler.indexed_rules)
+    merged = merge_index_looks(_readable(event), mergeable(reconciler.rules))
 
     def record_handler(record: SQSRecord) -> None:
         recheck = parse_recheck(record.body)

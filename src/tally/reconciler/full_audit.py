@@ -142,7 +142,7 @@ class Audit:
             due = [(r, delay) for r, delay in self._later if r.reason in INDEX_LOOKS]
             for recheck, delay in self._later:
                 if recheck.reason not in INDEX_LOOKS:
-                    self.reconciler.rechecks.schedule(recheck, delay)
+                    self.reconciler.send_recheck(recheck, delay)
         self.reconciler.hold_cascade_rechecks(None)
         self.reconciler.flush_alerts()
         stats = self.reconciler.stats

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tally.reconciler.protocol.lifecycle import Observed
+from tally.rules import AnyRule, CountRule, SumRule
 
 # SQS refuses a DelaySeconds outside 0..900 (15 minutes).
 MAX_DELAY_SECONDS = 900
@@ -103,6 +104,16 @@ def parse_recheck(body: str) -> Recheck:
         parsed.carry_through,
         parsed.reference,
         parsed.looks,
+    )
+
+
+def mergeable(rules: Iterable[AnyRule]) -> frozenset[str]:
+    """The rules whose looks ``merge_index_looks`` merges: children found through an index,
+    kept by writers (a counter an aggregator keeps is judged a lag apart, unmerged)."""
+    return frozenset(
+        r.name
+        for r in rules
+        if isinstance(r, CountRule | SumRule) and r.through and r.lag_seconds is None
     )
 
 

@@ -84,6 +84,10 @@ class Scheduler:
         if self.held is not None and reason in HELD_BY_AN_INLINE_AUDIT:
             self.held.append((recheck, delay))  # the full audit waits them out
             return
+        self.send(recheck, delay)
+
+    def send(self, recheck: Recheck, delay: int) -> None:
+        """To the queue, ``delay`` seconds from now."""
         self._queue.schedule(recheck, delay)
         self._stats().rechecks += 1
 

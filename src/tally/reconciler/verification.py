@@ -100,16 +100,6 @@ class Reconciler:
         return self._groups.carrying
 
     @property
-    def indexed_rules(self) -> frozenset[str]:
-        """The rules whose children are found through an index, kept by writers (a counter an
-        aggregator keeps is judged a lag apart: its looks are not merged)."""
-        return frozenset(
-            r.name
-            for r in self.rules
-            if getattr(r, "through", None) and getattr(r, "lag_seconds", None) is None
-        )
-
-    @property
     def concurrency(self) -> int:
         return self._runner.concurrency
 
@@ -185,6 +175,10 @@ class Reconciler:
         self, rule: CountRule | SumRule | SequenceRule, key: Key, counter_seen: int, reason: str
     ) -> None:
         self._scheduler.schedule(rule, key, counter_seen, reason)
+
+    def send_recheck(self, recheck: Recheck, delay: int) -> None:
+        """A recheck an inline audit held, sent to the queue after all."""
+        self._scheduler.send(recheck, delay)
 
     def hold_cascade_rechecks(self, held: list[tuple[Recheck, int]] | None) -> None:
         """Second looks for a cascade go to ``held`` (an inline audit waits them out), or,
