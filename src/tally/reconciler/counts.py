@@ -273,7 +273,7 @@ class Counts:
         that moved was moved by stream records, whose batches recheck it again. Never
         repaired: a write would race the aggregator's pending deltas.
         """
-        snapshot = self.settled_recount(rule, key, confirm=observed is not None)
+        snapshot = self._observed_recount(rule, key, observed)
         if snapshot is None:
             self._stats().deferred += 1
             reason = "parent kept changing during recount"
@@ -321,8 +321,7 @@ class Counts:
             # Nothing to judge yet. What was seen of a parent that is gone still holds.
             self._look_again(rule, key, state, observed if not parent.exists else None, looks)
             return
-        # Only a look whose finding could stand (a second one) confirms the index's hits.
-        snapshot = self.settled_recount(rule, key, parent, confirm=observed is not None)
+        snapshot = self._observed_recount(rule, key, observed, parent)
         if snapshot is not None and not snapshot.parent.same_as(parent):
             after = snapshot.parent  # it moved during this look: judged from there, later
             self._look_again(
@@ -353,6 +352,21 @@ class Counts:
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: look again, from what is there then.
             self._scheduler.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
+
+    def _observed_recount(
+        self, rule: TallyRule, key: Key, observed: Observed | None, first: ParentState | None = None
+    ) -> Snapshot | None:
+        """A settled recount; for children found through an index, through the index alone,
+        and only when its finding would stand (the same as ``observed``) again with each of
+        the index's hits confirmed by a consistent read of its base item: what a finding
+        that stands is judged on."""
+        snapshot = self.settled_recount(rule, key, first, confirm=False)
+        if snapshot is None or rule.through is None:
+            return snapshot
+        finding = self.finding_of(rule, key, snapshot, None)
+        if finding is None or not lifecycle.held(observed, observation(finding)):
+            return snapshot
+        return self.settled_recount(rule, key)
 
     def _look_again(
         self, rule: TallyRule, key: Key, state: str, observed: Observed | None, looks: int
