@@ -302,17 +302,12 @@ class Counts:
         )
 
     def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None) -> None:
-        """Judge a parent whose children are found through an index, a grace after its change.
-
-        A write that moved the parent less than a grace ago may not be in the index yet, and
-        may hide a fault or fake one. So a look judges only a parent that held still since
-        the state it was ``sent`` with (its reference: the parent as the batch, or the look,
-        that sent it here saw it, a grace ago) and through the look itself; otherwise it
-        looks again, from the state it read, waiting longer each time the parent moved. A
-        finding stands only when the next look sees the same counter and the same truth
-        (the observation it was sent with); the repair is then fenced on the counter and
-        revision that look read, and on the parent existing.
-        """
+        """Judge a parent whose children are found through an index, a grace after its change
+        (docs/verification.md, "Children found through an index"): only a parent still in the
+        state it was ``sent`` with (its reference) and unmoved through the look; otherwise it
+        looks again, later each time. A finding stands when the next look sees the same
+        counter and truth (the observation it was sent with); the repair is fenced on the
+        counter and revision that look read, and on the parent existing."""
         observed = sent.observed if sent else None
         looks = sent.looks if sent else 0
         parent = self._table.read_parent(rule, key)
@@ -356,10 +351,8 @@ class Counts:
     def _observed_recount(
         self, rule: TallyRule, key: Key, observed: Observed | None, first: ParentState | None = None
     ) -> Snapshot | None:
-        """A settled recount; for children found through an index, through the index alone,
-        and only when its finding would stand (the same as ``observed``) again with each of
-        the index's hits confirmed by a consistent read of its base item: what a finding
-        that stands is judged on."""
+        """A settled recount; through an index, from the index alone, then, only if its finding
+        would stand (the same as ``observed``), again with each hit confirmed in the table."""
         snapshot = self.settled_recount(rule, key, first, confirm=False)
         if snapshot is None or rule.through is None:
             return snapshot
@@ -371,8 +364,7 @@ class Counts:
     def _look_again(
         self, rule: TallyRule, key: Key, state: str, observed: Observed | None, looks: int
     ) -> None:
-        """A parent that moved since it was sent here: looked at again from ``state``, a grace
-        later, twice as late each time it keeps moving (up to SQS's longest delay)."""
+        """Looked at again from ``state``, twice as late each time the parent keeps moving."""
         assert rule.through is not None
         delay = min(rule.through.grace_seconds << min(looks, 10), MAX_DELAY_SECONDS)
         self._scheduler.schedule(
