@@ -33,26 +33,13 @@ from tally.writers import (
     WriteResult,
 )
 from tests.harness.faults import Faults
+from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
 from tests.utils import deserialize, serialize
 
 RULES: RuleSet = parse_rules(
     {
         "rules": [
-            {
-                "name": "followers",
-                "kind": "count",
-                "parent": {"PK": "USER#*", "SK": "PROFILE"},
-                "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-                "counter": "followerCount",
-                "revision": "rev",
-                "repair": "auto",
-                "through": {
-                    "index": "GSI1",
-                    "partition_key": "GSI1PK",
-                    "sort_key": "GSI1SK",
-                    "sort_prefix": "FOLLOWING#",
-                },
-            },
+            FOLLOWERS_RULE | {"revision": "rev", "repair": "auto"},
             {
                 "name": "product-totals",
                 "kind": "sum",

@@ -20,22 +20,10 @@ from tally.local.template import (
 )
 from tally.rules import load_rules, parse_rules
 from tally.rules.live_table import TableShape, schema_problems
+from tests.harness.index_tables import FOLLOWERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FOLLOWERS: dict[str, Any] = {
-    "name": "followers",
-    "kind": "count",
-    "parent": {"PK": "USER#*", "SK": "PROFILE"},
-    "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-    "counter": "followerCount",
-    "through": {
-        "index": "GSI1",
-        "partition_key": "GSI1PK",
-        "sort_key": "GSI1SK",
-        "sort_prefix": "FOLLOWING#",
-    },
-}
 SPENT: dict[str, Any] = {
     "name": "spent",
     "kind": "sum",

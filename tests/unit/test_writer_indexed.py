@@ -22,23 +22,12 @@ from tally.writers.indexed import (
     named_parent,
     refused_index_key,
 )
+from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
 
 RULES = parse_rules(
     {
         "rules": [
-            {
-                "name": "followers",
-                "kind": "count",
-                "parent": {"PK": "USER#*", "SK": "PROFILE"},
-                "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-                "counter": "followerCount",
-                "through": {
-                    "index": "GSI1",
-                    "partition_key": "GSI1PK",
-                    "sort_key": "GSI1SK",
-                    "sort_prefix": "FOLLOWING#",
-                },
-            },
+            FOLLOWERS_RULE,
             {
                 # The shopping cart's inverted index: the line's sort key names the product.
                 "name": "cart-totals",
