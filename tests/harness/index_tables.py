@@ -20,3 +20,42 @@ FOLLOWERS: dict[str, Any] = {
         "sort_prefix": "FOLLOWING#",
     },
 }
+
+
+def gsi(
+    name: str, pk: str, sk: str | None = None, projection: str = "KEYS_ONLY", *include: str
+) -> dict[str, Any]:
+    """A secondary index's create_table spec: keyed by ``pk`` (and ``sk``), projecting
+    ``projection`` (with the ``include`` attributes, for INCLUDE)."""
+    schema = [{"AttributeName": pk, "KeyType": "HASH"}]
+    if sk is not None:
+        schema.append({"AttributeName": sk, "KeyType": "RANGE"})
+    spec: dict[str, Any] = {"ProjectionType": projection}
+    if include:
+        spec["NonKeyAttributes"] = list(include)
+    return {"IndexName": name, "KeySchema": schema, "Projection": spec}
+
+
+def followers_and_totals_table(
+    name: str, *, keys: tuple[str, str] = ("PK", "SK"), inverted: str = "InvertedIndex"
+) -> dict[str, Any]:
+    """create_table kwargs of a table keyed by ``keys`` with the followers' GSI1 (keys only)
+    and ``inverted``, the base keys swapped projecting ``quantity`` (the product totals'),
+    on demand, with a stream of both images."""
+    pk, sk = keys
+    return {
+        "TableName": name,
+        "AttributeDefinitions": [
+            {"AttributeName": a, "AttributeType": "S"} for a in (pk, sk, "GSI1PK", "GSI1SK")
+        ],
+        "KeySchema": [
+            {"AttributeName": pk, "KeyType": "HASH"},
+            {"AttributeName": sk, "KeyType": "RANGE"},
+        ],
+        "BillingMode": "PAY_PER_REQUEST",
+        "GlobalSecondaryIndexes": [
+            gsi("GSI1", "GSI1PK", "GSI1SK"),
+            gsi(inverted, sk, pk, "INCLUDE", "quantity"),
+        ],
+        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
+    }

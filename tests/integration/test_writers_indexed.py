@@ -34,6 +34,7 @@ from tally.writers import (
 )
 from tests.harness.faults import Faults
 from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
+from tests.harness.index_tables import gsi
 from tests.utils import deserialize, serialize
 
 RULES: RuleSet = parse_rules(
@@ -77,17 +78,6 @@ assert isinstance(TOTALS, SumRule) and isinstance(CARTS, SumRule)
 FOLLOWING = "FOLLOWING#2026-11-26"
 
 
-def _index(name: str) -> dict[str, Any]:
-    return {
-        "IndexName": name,
-        "KeySchema": [
-            {"AttributeName": f"{name}PK", "KeyType": "HASH"},
-            {"AttributeName": f"{name}SK", "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "ALL"},
-    }
-
-
 @pytest.fixture
 def table(dynamodb: Any) -> Iterator[str]:
     """A table with the rules' keys and their inverted indexes (GSI1, GSI2, and Inverted
@@ -99,15 +89,11 @@ def table(dynamodb: Any) -> Iterator[str]:
     for attribute in ("GSI1PK", "GSI1SK", "GSI2PK", "GSI2SK"):
         defined.setdefault(attribute, {"AttributeName": attribute, "AttributeType": "S"})
     kwargs["AttributeDefinitions"] = list(defined.values())
-    inverted = {
-        "IndexName": "Inverted",
-        "KeySchema": [
-            {"AttributeName": "SK", "KeyType": "HASH"},
-            {"AttributeName": "PK", "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["qty"]},
-    }
-    kwargs["GlobalSecondaryIndexes"] = [_index("GSI1"), _index("GSI2"), inverted]
+    kwargs["GlobalSecondaryIndexes"] = [
+        gsi("GSI1", "GSI1PK", "GSI1SK", "ALL"),
+        gsi("GSI2", "GSI2PK", "GSI2SK", "ALL"),
+        gsi("Inverted", "SK", "PK", "INCLUDE", "qty"),
+    ]
     create_table_from(dynamodb, kwargs, None)
     yield name
     with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
