@@ -33,7 +33,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -677,47 +677,50 @@ def harmful_writes(items: dict[tuple[str, str], dict[str, Any]], gone: set[str])
     return harmful
 
 
+def write_report(outcome: Any, name: str, default: Path) -> None:
+    """Print a run's outcome and add it, as JSON under ``name``, to $TALLY_LIVE_REPORT (else
+    to ``default``)."""
+    print(f"\n{name}: {outcome.describe()}")
+    target = Path(os.environ.get("TALLY_LIVE_REPORT") or default)
+    runs = json.loads(target.read_text()) if target.exists() else {}
+    runs[name] = outcome.as_json()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(runs, indent=2, sort_keys=True))
+
+
 @contextlib.contextmanager
-def live_stack(dynamodb_endpoint: str, moto_endpoint: str, rules_file: Path) -> Iterator[Any]:
+def live_stack(
+    dynamodb_endpoint: str,
+    moto_endpoint: str,
+    rules_file: Path,
+    *,
+    prefix: str = "tally-live",
+    create_main: Callable[[Any, str], None] | None = None,
+) -> Iterator[Any]:
     """A fresh test stack (tables, topic, queues, the handlers' environment) outside pytest,
-    as the integration tests' ``stack`` fixture makes it: for benchmarks/live_faults.py."""
-    from tally.core.settings import settings
+    as the integration tests' ``stack`` fixture makes it: for benchmarks/live_faults.py, and
+    with ``create_main`` making its main table, for the index scenario (live_index.py)."""
     from tally.core.streams import StreamReader, stream_arn
     from tally.local.dynamodb_local import local_client_kwargs
     from tally.local.template import create_table
-    from tests.integration.conftest import Stack
+    from tests.integration.conftest import Stack, alerting, stack_environment
+    from tests.integration.conftest import _clear_caches as clear
 
     template = load_template(template_path())
     dynamodb = boto3.client("dynamodb", **local_client_kwargs(dynamodb_endpoint))
     suffix = uuid.uuid4().hex[:10]
-    table, audit_table = f"tally-live-{suffix}", f"tally-live-audit-{suffix}"
-    create_table(dynamodb, template, "Table", table)
+    table, audit_table = f"{prefix}-{suffix}", f"{prefix}-audit-{suffix}"
+    if create_main is None:
+        create_table(dynamodb, template, "Table", table)
+    else:
+        create_main(dynamodb, table)
     create_table(dynamodb, template, "AuditTable", audit_table)
-    local = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
-    sns, sqs = boto3.client("sns", **local), boto3.client("sqs", **local)
-    topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
-    alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
-    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
-    recheck_queue = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
-    variables = {
-        "TABLE_NAME": table,
-        "AUDIT_TABLE_NAME": audit_table,
-        "ALERT_TOPIC_ARN": topic_arn,
-        "RECHECK_QUEUE_URL": recheck_queue,
-        "RULES_FILE": str(rules_file),
-        "DYNAMODB_ENDPOINT": dynamodb_endpoint,
-        "AWS_ENDPOINT_URL_SNS": moto_endpoint,
-        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
-    }
+    sqs, topic_arn, alert_queue, recheck_queue = alerting(moto_endpoint, suffix)
+    variables = stack_environment(
+        table, audit_table, topic_arn, recheck_queue, rules_file, dynamodb_endpoint, moto_endpoint
+    )
     saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
-
-    def clear() -> None:
-        settings.cache_clear()
-        runtime.rules.cache_clear()
-        runtime._clients.cache_clear()
-
     clear()
     try:
         streams = boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb_endpoint))
