@@ -1,4 +1,4 @@
-"""The followers rule the index tests share: an edge keyed by the follower
+"""The index rules the tests share. The followers rule: an edge keyed by the follower
 (``PK = USER#<follower>, SK = FOLLOWS#...``) names its followee in ``GSI1PK`` and is counted
 while ``GSI1SK`` starts ``FOLLOWING#``. Tests that need more (a revision, a repair mode)
 extend a copy with ``FOLLOWERS | {...}``."""
@@ -19,6 +19,17 @@ FOLLOWERS: dict[str, Any] = {
         "sort_key": "GSI1SK",
         "sort_prefix": "FOLLOWING#",
     },
+}
+
+# The shopping cart's inverted index: a line's own sort key names its product.
+CART_TOTALS: dict[str, Any] = {
+    "name": "cart-totals",
+    "kind": "sum",
+    "parent": {"PK": "SKU#*", "SK": "ALLCARTS"},
+    "children": {"PK": "BASKET#*", "SK": "SKU#*"},
+    "counter": "cartQuantity",
+    "summed": "qty",
+    "through": {"index": "Inverted", "partition_key": "SK", "sort_key": "PK"},
 }
 
 

@@ -33,8 +33,8 @@ from tally.writers import (
     WriteResult,
 )
 from tests.harness.faults import Faults
+from tests.harness.index_tables import CART_TOTALS, gsi
 from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
-from tests.harness.index_tables import gsi
 from tests.utils import deserialize, serialize
 
 RULES: RuleSet = parse_rules(
@@ -51,16 +51,7 @@ RULES: RuleSet = parse_rules(
                 "revision": "rev",
                 "through": {"index": "GSI2", "partition_key": "GSI2PK", "sort_key": "GSI2SK"},
             },
-            {
-                # The shopping cart's inverted index: a line's own sort key names its product.
-                "name": "cart-totals",
-                "kind": "sum",
-                "parent": {"PK": "SKU#*", "SK": "ALLCARTS"},
-                "children": {"PK": "BASKET#*", "SK": "SKU#*"},
-                "counter": "cartQuantity",
-                "summed": "qty",
-                "through": {"index": "Inverted", "partition_key": "SK", "sort_key": "PK"},
-            },
+            CART_TOTALS,
             {
                 "name": "likes",
                 "kind": "count",

@@ -22,22 +22,14 @@ from tally.writers.indexed import (
     named_parent,
     refused_index_key,
 )
+from tests.harness.index_tables import CART_TOTALS
 from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
 
 RULES = parse_rules(
     {
         "rules": [
             FOLLOWERS_RULE,
-            {
-                # The shopping cart's inverted index: the line's sort key names the product.
-                "name": "cart-totals",
-                "kind": "sum",
-                "parent": {"PK": "SKU#*", "SK": "ALLCARTS"},
-                "children": {"PK": "BASKET#*", "SK": "SKU#*"},
-                "counter": "cartQuantity",
-                "summed": "qty",
-                "through": {"index": "Inverted", "partition_key": "SK", "sort_key": "PK"},
-            },
+            CART_TOTALS,
         ]
     }
 )
