@@ -23,7 +23,6 @@ sample does; its stream aggregator keeps ``product#<sku>/totalquantity``
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 import threading
 import time
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tests.harness.application import START_SECONDS, Application
+from tests.harness.application import Application
 
 FOLLOWEES = [f"USER#f{n:02d}" for n in range(30)]
 PRODUCTS = [f"product#p{n}" for n in range(8)]
@@ -238,19 +237,7 @@ class IndexApplication(Application):
     def start(  # type: ignore[override]
         cls, endpoint: str, table: str, rules_file: str, **options: Any
     ) -> IndexApplication:
-        context = multiprocessing.get_context("spawn")
-        ours, theirs = context.Pipe()
-        process = context.Process(
-            target=_main,
-            args=(theirs, endpoint, table, rules_file, options),
-            name="application",
-            daemon=True,
-        )
-        process.start()
-        theirs.close()
-        application = cls(process, ours)
-        application._receive("ready", START_SECONDS)
-        return application
+        return cls._spawn(_main, (endpoint, table, rules_file, options))
 
     def result(self) -> Acknowledged:  # type: ignore[override]
         """What the writers were told (this scenario's ``Acknowledged``), once they are done."""
