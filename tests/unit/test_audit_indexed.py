@@ -31,7 +31,7 @@ from tally.reconciler.candidates import Candidate, parse_candidate
 from tally.reconciler.unindexed import finding, index_key_types, unindexed
 from tally.rules import CountRule, SumRule, parse_rules
 from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
-from tests.unit.test_audit_sql import DESCRIPTION
+from tests.unit.test_audit_sql import DESCRIPTION, item, n, s
 from tests.utils import write_aws_export
 
 RULES = parse_rules(
@@ -68,18 +68,6 @@ RULES = parse_rules(
     }
 )
 KEYS = RULES.table
-
-
-def s(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
-def n(value: Any) -> dict[str, str]:
-    return {"N": value if isinstance(value, str) else f"{Decimal(value).normalize():f}"}
-
-
-def item(pk: str, sk: str, **attributes: Any) -> dict[str, Any]:
-    return {"PK": s(pk), "SK": s(sk), **attributes}
 
 
 def edge(follower: str, followee: str, **index: Any) -> dict[str, Any]:
