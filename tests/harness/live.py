@@ -99,18 +99,18 @@ class Alert:
         return str(self.body["key"]["PK"])
 
 
-@dataclass
-class Outcome:
-    """What one run counted."""
+class Counted:
+    """What a live run counts and how it is told (for an outcome dataclass with the fields
+    false_negatives, false_positives, lost_writes, harmful_writes, latencies, alerts and
+    seconds)."""
 
-    factor: int
-    false_negatives: set[str] = field(default_factory=set)
-    false_positives: set[str] = field(default_factory=set)
-    lost_writes: list[str] = field(default_factory=list)
-    harmful_writes: list[str] = field(default_factory=list)
-    latencies: dict[str, list[float]] = field(default_factory=dict)  # "count/small" -> seconds
-    alerts: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
+    false_negatives: set[str]
+    false_positives: set[str]
+    lost_writes: list[str]
+    harmful_writes: list[str]
+    latencies: dict[str, list[float]]
+    alerts: list[dict[str, Any]]
+    seconds: float
 
     def counts(self) -> tuple[int, int, int, int]:
         return (
@@ -123,9 +123,11 @@ class Outcome:
     def latency_table(self) -> dict[str, dict[str, float]]:
         return latency_table(self.latencies)
 
-    def as_json(self) -> dict[str, Any]:
+    def alert_pk(self, alert: dict[str, Any]) -> str:
+        return str(alert["key"]["PK"])
+
+    def counted_json(self) -> dict[str, Any]:
         return {
-            "factor": self.factor,
             "false_negatives": sorted(self.false_negatives),
             "false_positives": sorted(self.false_positives),
             "lost_writes": self.lost_writes,
@@ -139,10 +141,12 @@ class Outcome:
             ],
         }
 
-    def describe(self) -> str:
+    def counted_lines(self, run: str) -> list[str]:
+        """The counts of the run named ``run``, what each names, the alerts that were false
+        positives, and the latency table."""
         fn, fp, lost, harmful = self.counts()
         lines = [
-            f"factor {self.factor}: false negatives {fn}, false positives {fp}, "
+            f"{run}: false negatives {fn}, false positives {fp}, "
             f"lost writes {lost}, harmful writes {harmful} ({self.seconds:.0f} s)"
         ]
         for name, what in (
@@ -154,10 +158,30 @@ class Outcome:
             if what:
                 lines.append(f"  {name}: {', '.join(what)}")
         for alert in self.alerts:
-            if alert["key"]["PK"] in self.false_positives:
+            if self.alert_pk(alert) in self.false_positives:
                 lines.append(f"  false positive: {json.dumps(alert, default=str)[:400]}")
         lines.append(format_latency(self.latency_table()))
-        return "\n".join(lines)
+        return lines
+
+
+@dataclass
+class Outcome(Counted):
+    """What one run counted."""
+
+    factor: int
+    false_negatives: set[str] = field(default_factory=set)
+    false_positives: set[str] = field(default_factory=set)
+    lost_writes: list[str] = field(default_factory=list)
+    harmful_writes: list[str] = field(default_factory=list)
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # "count/small" -> seconds
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"factor": self.factor, **self.counted_json()}
+
+    def describe(self) -> str:
+        return "\n".join(self.counted_lines(f"factor {self.factor}"))
 
 
 def latency_table(latencies: dict[str, list[float]]) -> dict[str, dict[str, float]]:

@@ -74,9 +74,8 @@ from tests.harness.index_lag import LaggingIndex, StreamTap
 from tests.harness.index_tables import followers_and_totals_table
 from tests.harness.live import (
     Alert,
+    Counted,
     Subscriber,
-    format_latency,
-    latency_table,
     live_stack,
     watched_schedule,
 )
@@ -118,7 +117,7 @@ class ReadUnits:
 
 
 @dataclass
-class Outcome:
+class Outcome(Counted):
     """What one run counted."""
 
     seed: int
@@ -133,53 +132,14 @@ class Outcome:
     index: dict[str, Any] = field(default_factory=dict)  # what the lagging index did
     seconds: float = 0.0
 
-    def counts(self) -> tuple[int, int, int, int]:
-        return (
-            len(self.false_negatives),
-            len(self.false_positives),
-            len(self.lost_writes),
-            len(self.harmful_writes),
-        )
-
-    def latency_table(self) -> dict[str, dict[str, float]]:
-        return latency_table(self.latencies)
+    def alert_pk(self, alert: dict[str, Any]) -> str:
+        return alert_pk(alert)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "false_negatives": sorted(self.false_negatives),
-            "false_positives": sorted(self.false_positives),
-            "lost_writes": self.lost_writes,
-            "harmful_writes": self.harmful_writes,
-            "latency": self.latency_table(),
-            "latencies": self.latencies,
-            "cost": self.cost,
-            "index": self.index,
-            "seconds": round(self.seconds, 1),
-            "alerts": [
-                {k: a.get(k) for k in ("kind", "key", "rule", "stored", "actual", "detail")}
-                for a in self.alerts
-            ],
-        }
+        return {"seed": self.seed, **self.counted_json(), "cost": self.cost, "index": self.index}
 
     def describe(self) -> str:
-        fn, fp, lost, harmful = self.counts()
-        lines = [
-            f"seed {self.seed}: false negatives {fn}, false positives {fp}, "
-            f"lost writes {lost}, harmful writes {harmful} ({self.seconds:.0f} s)"
-        ]
-        for name, what in (
-            ("false negatives", sorted(self.false_negatives)),
-            ("false positives", sorted(self.false_positives)),
-            ("lost writes", self.lost_writes),
-            ("harmful writes", self.harmful_writes),
-        ):
-            if what:
-                lines.append(f"  {name}: {', '.join(what)}")
-        for alert in self.alerts:
-            if alert_pk(alert) in self.false_positives:
-                lines.append(f"  false positive: {json.dumps(alert, default=str)[:400]}")
-        lines.append(format_latency(self.latency_table()))
+        lines = self.counted_lines(f"seed {self.seed}")
         lines += [f"  {line}" for line in cost_lines(self.cost)]
         return "\n".join(lines)
 
