@@ -23,10 +23,9 @@ import contextlib
 import json
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
-from live_setup import handlers_output_to, prepare
+from live_setup import add_output_arguments, handlers_output_to, prepare
 
 REPO = prepare("TallyLiveFaults")
 
@@ -97,13 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(LIFECYCLE),
         help="comma-separated lifecycle scenarios, or 'none' (default: all)",
     )
-    parser.add_argument("--json", type=Path, default=REPO / "benchmarks/results/live_faults.json")
-    parser.add_argument(
-        "--log",
-        type=Path,
-        default=REPO / "benchmarks/results/live_faults.log",
-        help="where the handlers' own output goes (their JSON logs and metrics)",
-    )
+    add_output_arguments(parser, "live_faults")
     args = parser.parse_args(argv)
     try:
         factors = [int(f) for f in args.factors.split(",")]

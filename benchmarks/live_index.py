@@ -24,10 +24,9 @@ import argparse
 import contextlib
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from live_setup import handlers_output_to, prepare
+from live_setup import add_output_arguments, handlers_output_to, prepare
 
 REPO = prepare("TallyLiveIndex")
 
@@ -74,13 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         help="deliver each stream batch as two by partition key hash, as DynamoDB's shards "
         "would (a transaction's edge and counter then arrive apart)",
     )
-    parser.add_argument("--json", type=Path, default=REPO / "benchmarks/results/live_index.json")
-    parser.add_argument(
-        "--log",
-        type=Path,
-        default=REPO / "benchmarks/results/live_index.log",
-        help="where the handlers' own output goes (their JSON logs and metrics)",
-    )
+    add_output_arguments(parser, "live_index")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.operations < 1 or min(args.followers, args.carts) < 0:
         parser.error("--runs and --operations are at least 1, thread counts at least 0")

@@ -3,6 +3,7 @@ handlers' environment, set before tally is imported, and the handlers' output se
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -38,3 +39,14 @@ def handlers_output_to(log: Path) -> TextIO:
     with log.open("w") as opened:
         os.dup2(opened.fileno(), sys.stdout.fileno())
     return out
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """--json and --log, defaulting to benchmarks/results/<name>.json and .log."""
+    parser.add_argument("--json", type=Path, default=REPO / f"benchmarks/results/{name}.json")
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=REPO / f"benchmarks/results/{name}.log",
+        help="where the handlers' own output goes (their JSON logs and metrics)",
+    )
