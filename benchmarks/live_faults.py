@@ -21,25 +21,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "src"), str(REPO)]
-# As the tests run the handlers: Powertools reads these when the handler modules are imported.
-for _name, _value in {
-    "TALLY_TEMPLATE": str(REPO / "template.yaml"),
-    "POWERTOOLS_SERVICE_NAME": "tally",
-    "POWERTOOLS_METRICS_NAMESPACE": "TallyLiveFaults",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-}.items():
-    os.environ.setdefault(_name, _value)
+from live_setup import add_output_arguments, handlers_output_to, prepare
+
+REPO = prepare("TallyLiveFaults")
 
 from tally.local.dynamodb_local import DynamoDBLocal  # noqa: E402
 from tally.local.functions import parameter_defaults  # noqa: E402
@@ -108,13 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(LIFECYCLE),
         help="comma-separated lifecycle scenarios, or 'none' (default: all)",
     )
-    parser.add_argument("--json", type=Path, default=REPO / "benchmarks/results/live_faults.json")
-    parser.add_argument(
-        "--log",
-        type=Path,
-        default=REPO / "benchmarks/results/live_faults.log",
-        help="where the handlers' own output goes (their JSON logs and metrics)",
-    )
+    add_output_arguments(parser, "live_faults")
     args = parser.parse_args(argv)
     try:
         factors = [int(f) for f in args.factors.split(",")]
@@ -130,11 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     carry_seconds = float(parameter_defaults(load_template(template_path()))["CarrySeconds"])
 
     # The handlers log to standard output: that goes to --log, the report to the terminal.
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    with args.log.open("w") as log:
-        os.dup2(log.fileno(), sys.stdout.fileno())
+    out = handlers_output_to(args.log)
     results: dict[str, Any] = {"runs": {}, "latency": {}, "goals": {}}
     met_all = True
     with contextlib.ExitStack() as exits:

@@ -23,24 +23,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "src"), str(REPO)]
-# As the tests run the handlers: Powertools reads these when the handler modules are imported.
-for _name, _value in {
-    "TALLY_TEMPLATE": str(REPO / "template.yaml"),
-    "POWERTOOLS_SERVICE_NAME": "tally",
-    "POWERTOOLS_METRICS_NAMESPACE": "TallyLiveIndex",
-    "POWERTOOLS_TRACE_DISABLED": "true",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-}.items():
-    os.environ.setdefault(_name, _value)
+from live_setup import add_output_arguments, handlers_output_to, prepare
+
+REPO = prepare("TallyLiveIndex")
 
 from tally.local.dynamodb_local import DynamoDBLocal  # noqa: E402
 from tally.local.moto_server import moto_server  # noqa: E402
@@ -85,24 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         help="deliver each stream batch as two by partition key hash, as DynamoDB's shards "
         "would (a transaction's edge and counter then arrive apart)",
     )
-    parser.add_argument("--json", type=Path, default=REPO / "benchmarks/results/live_index.json")
-    parser.add_argument(
-        "--log",
-        type=Path,
-        default=REPO / "benchmarks/results/live_index.log",
-        help="where the handlers' own output goes (their JSON logs and metrics)",
-    )
+    add_output_arguments(parser, "live_index")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.operations < 1 or min(args.followers, args.carts) < 0:
         parser.error("--runs and --operations are at least 1, thread counts at least 0")
     if not 0 <= args.jitter <= args.lag:
         parser.error("--jitter must be between 0 and --lag")
 
-    args.log.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
-    with args.log.open("w") as log:
-        os.dup2(log.fileno(), sys.stdout.fileno())
+    out = handlers_output_to(args.log)
     results: dict[str, Any] = {"runs": {}}
     outcomes: list[Outcome] = []
     with contextlib.ExitStack() as exits:

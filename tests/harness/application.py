@@ -20,11 +20,12 @@ import multiprocessing
 import random
 import threading
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Self
 
 POSTS = [f"POST#live{n}" for n in range(10)]
 HOT = "POST#hot"
@@ -149,13 +150,15 @@ class Application:
     ) -> Application:
         """Start the process (a fresh interpreter: no lock or client is inherited) and
         wait until it is connected and ready to write."""
+        return cls._spawn(_main, (endpoint, table, rules_file, seed, writers, operations))
+
+    @classmethod
+    def _spawn(cls, main: Callable[..., None], args: tuple[Any, ...]) -> Self:
+        """Run ``main(conn, *args)`` in a fresh interpreter; wait until it says "ready"."""
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
         process = context.Process(
-            target=_main,
-            args=(theirs, endpoint, table, rules_file, seed, writers, operations),
-            name="application",
-            daemon=True,
+            target=main, args=(theirs, *args), name="application", daemon=True
         )
         process.start()
         theirs.close()

@@ -23,7 +23,6 @@ sample does; its stream aggregator keeps ``product#<sku>/totalquantity``
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 import threading
 import time
@@ -34,12 +33,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from tests.harness.application import Application
+
 FOLLOWEES = [f"USER#f{n:02d}" for n in range(30)]
 PRODUCTS = [f"product#p{n}" for n in range(8)]
 PROFILE, TOTAL = "PROFILE", "totalquantity"
 FOLLOWING, BLOCKED = "FOLLOWING#", "BLOCKED#"
 FOLLOWERS_PER_THREAD, SLOTS, CARTS_PER_THREAD = 3, 3, 3
-START_SECONDS, WRITE_SECONDS = 120, 600
 
 Edge = tuple[str, str]  # (followee, status prefix)
 
@@ -229,57 +229,17 @@ def _main(
         conn.close()
 
 
-class IndexApplication:
-    """The application's process, started and waiting for "go"."""
-
-    def __init__(self, process: Any, conn: Connection):
-        self.process, self.conn = process, conn
+class IndexApplication(Application):
+    """The application's process, started and waiting for "go" (``go``, ``stop`` and the
+    protocol are the live scenario's ``Application``'s; the writes and result differ)."""
 
     @classmethod
-    def start(cls, endpoint: str, table: str, rules_file: str, **options: Any) -> IndexApplication:
-        context = multiprocessing.get_context("spawn")
-        ours, theirs = context.Pipe()
-        process = context.Process(
-            target=_main,
-            args=(theirs, endpoint, table, rules_file, options),
-            name="application",
-            daemon=True,
-        )
-        process.start()
-        theirs.close()
-        application = cls(process, ours)
-        application._receive("ready", START_SECONDS)
-        return application
+    def start(  # type: ignore[override]
+        cls, endpoint: str, table: str, rules_file: str, **options: Any
+    ) -> IndexApplication:
+        return cls._spawn(_main, (endpoint, table, rules_file, options))
 
-    def go(self) -> IndexApplication:
-        self.conn.send("go")
-        return self
-
-    def result(self) -> Acknowledged:
-        try:
-            acknowledged: Acknowledged = self._receive("done", WRITE_SECONDS)
-            return acknowledged
-        finally:
-            self.conn.close()
-            self.process.join(timeout=30)
-
-    def stop(self) -> None:
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(timeout=30)
-
-    def _receive(self, expected: str, seconds: float) -> Any:
-        if not self.conn.poll(seconds):
-            self.stop()
-            raise RuntimeError(f"the application's process did not say {expected!r} in {seconds} s")
-        try:
-            what, value = self.conn.recv()
-        except EOFError:
-            raise RuntimeError(
-                f"the application's process ended (exit code {self.process.exitcode})"
-            ) from None
-        if what == "failed":
-            raise RuntimeError(f"the application's process failed:\n{value}")
-        if what != expected:
-            raise RuntimeError(f"the application's process said {what!r}, not {expected!r}")
-        return value
+    def result(self) -> Acknowledged:  # type: ignore[override]
+        """What the writers were told (this scenario's ``Acknowledged``), once they are done."""
+        acknowledged: Acknowledged = super().result()
+        return acknowledged

@@ -134,7 +134,25 @@ def shadow_table_kwargs(description: dict[str, Any], name: str) -> dict[str, Any
     return kwargs
 
 
-class LaggingIndex:
+class _Background:
+    """Runs a loop on a daemon thread of its own until ``stop``, which waits for it."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _start(self, loop: Callable[[], None], name: str) -> None:
+        self._thread = threading.Thread(target=loop, name=name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
+class LaggingIndex(_Background):
     """The table's global secondary indexes, ``lag`` seconds behind (see the module's text)."""
 
     def __init__(
@@ -176,8 +194,7 @@ class LaggingIndex:
         self._lock = threading.Lock()
         self._writing = threading.Lock()
         self._clients: list[Any] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     # --- what the index learns -------------------------------------------------------
 
@@ -270,15 +287,8 @@ class LaggingIndex:
                 self.max_gap, last = max(self.max_gap, now - last), now
                 self.apply_due()
 
-        self._thread = threading.Thread(target=run, name="lagging-index", daemon=True)
-        self._thread.start()
+        self._start(run, "lagging-index")
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
 
     def close(self) -> None:
         self.stop()
@@ -287,7 +297,7 @@ class LaggingIndex:
             self.dynamodb.delete_table(TableName=self.shadow)
 
 
-class StreamTap:
+class StreamTap(_Background):
     """Reads a table's stream on a thread of its own and hands every record to each
     observer, with the time it was seen. Observers run on the tap's thread, in stream order."""
 
@@ -302,8 +312,7 @@ class StreamTap:
         self.clock = clock
         self.records = 0
         self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def poll(self) -> int:
         """One read of every shard; returns how many records it handed out."""
@@ -332,12 +341,5 @@ class StreamTap:
                 if not moved:
                     self._stop.wait(self.interval)
 
-        self._thread = threading.Thread(target=run, name="stream-tap", daemon=True)
-        self._thread.start()
+        self._start(run, "stream-tap")
         return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None

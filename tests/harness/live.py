@@ -33,7 +33,7 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -99,18 +99,18 @@ class Alert:
         return str(self.body["key"]["PK"])
 
 
-@dataclass
-class Outcome:
-    """What one run counted."""
+class Counted:
+    """What a live run counts and how it is told (for an outcome dataclass with the fields
+    false_negatives, false_positives, lost_writes, harmful_writes, latencies, alerts and
+    seconds)."""
 
-    factor: int
-    false_negatives: set[str] = field(default_factory=set)
-    false_positives: set[str] = field(default_factory=set)
-    lost_writes: list[str] = field(default_factory=list)
-    harmful_writes: list[str] = field(default_factory=list)
-    latencies: dict[str, list[float]] = field(default_factory=dict)  # "count/small" -> seconds
-    alerts: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
+    false_negatives: set[str]
+    false_positives: set[str]
+    lost_writes: list[str]
+    harmful_writes: list[str]
+    latencies: dict[str, list[float]]
+    alerts: list[dict[str, Any]]
+    seconds: float
 
     def counts(self) -> tuple[int, int, int, int]:
         return (
@@ -123,9 +123,11 @@ class Outcome:
     def latency_table(self) -> dict[str, dict[str, float]]:
         return latency_table(self.latencies)
 
-    def as_json(self) -> dict[str, Any]:
+    def alert_pk(self, alert: dict[str, Any]) -> str:
+        return str(alert["key"]["PK"])
+
+    def counted_json(self) -> dict[str, Any]:
         return {
-            "factor": self.factor,
             "false_negatives": sorted(self.false_negatives),
             "false_positives": sorted(self.false_positives),
             "lost_writes": self.lost_writes,
@@ -139,10 +141,12 @@ class Outcome:
             ],
         }
 
-    def describe(self) -> str:
+    def counted_lines(self, run: str) -> list[str]:
+        """The counts of the run named ``run``, what each names, the alerts that were false
+        positives, and the latency table."""
         fn, fp, lost, harmful = self.counts()
         lines = [
-            f"factor {self.factor}: false negatives {fn}, false positives {fp}, "
+            f"{run}: false negatives {fn}, false positives {fp}, "
             f"lost writes {lost}, harmful writes {harmful} ({self.seconds:.0f} s)"
         ]
         for name, what in (
@@ -154,10 +158,30 @@ class Outcome:
             if what:
                 lines.append(f"  {name}: {', '.join(what)}")
         for alert in self.alerts:
-            if alert["key"]["PK"] in self.false_positives:
+            if self.alert_pk(alert) in self.false_positives:
                 lines.append(f"  false positive: {json.dumps(alert, default=str)[:400]}")
         lines.append(format_latency(self.latency_table()))
-        return "\n".join(lines)
+        return lines
+
+
+@dataclass
+class Outcome(Counted):
+    """What one run counted."""
+
+    factor: int
+    false_negatives: set[str] = field(default_factory=set)
+    false_positives: set[str] = field(default_factory=set)
+    lost_writes: list[str] = field(default_factory=list)
+    harmful_writes: list[str] = field(default_factory=list)
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # "count/small" -> seconds
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"factor": self.factor, **self.counted_json()}
+
+    def describe(self) -> str:
+        return "\n".join(self.counted_lines(f"factor {self.factor}"))
 
 
 def latency_table(latencies: dict[str, list[float]]) -> dict[str, dict[str, float]]:
@@ -677,47 +701,50 @@ def harmful_writes(items: dict[tuple[str, str], dict[str, Any]], gone: set[str])
     return harmful
 
 
+def write_report(outcome: Any, name: str, default: Path) -> None:
+    """Print a run's outcome and add it, as JSON under ``name``, to $TALLY_LIVE_REPORT (else
+    to ``default``)."""
+    print(f"\n{name}: {outcome.describe()}")
+    target = Path(os.environ.get("TALLY_LIVE_REPORT") or default)
+    runs = json.loads(target.read_text()) if target.exists() else {}
+    runs[name] = outcome.as_json()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(runs, indent=2, sort_keys=True))
+
+
 @contextlib.contextmanager
-def live_stack(dynamodb_endpoint: str, moto_endpoint: str, rules_file: Path) -> Iterator[Any]:
+def live_stack(
+    dynamodb_endpoint: str,
+    moto_endpoint: str,
+    rules_file: Path,
+    *,
+    prefix: str = "tally-live",
+    create_main: Callable[[Any, str], None] | None = None,
+) -> Iterator[Any]:
     """A fresh test stack (tables, topic, queues, the handlers' environment) outside pytest,
-    as the integration tests' ``stack`` fixture makes it: for benchmarks/live_faults.py."""
-    from tally.core.settings import settings
+    as the integration tests' ``stack`` fixture makes it: for benchmarks/live_faults.py, and
+    with ``create_main`` making its main table, for the index scenario (live_index.py)."""
     from tally.core.streams import StreamReader, stream_arn
     from tally.local.dynamodb_local import local_client_kwargs
     from tally.local.template import create_table
-    from tests.integration.conftest import Stack
+    from tests.integration.conftest import Stack, alerting, stack_environment
+    from tests.integration.conftest import _clear_caches as clear
 
     template = load_template(template_path())
     dynamodb = boto3.client("dynamodb", **local_client_kwargs(dynamodb_endpoint))
     suffix = uuid.uuid4().hex[:10]
-    table, audit_table = f"tally-live-{suffix}", f"tally-live-audit-{suffix}"
-    create_table(dynamodb, template, "Table", table)
+    table, audit_table = f"{prefix}-{suffix}", f"{prefix}-audit-{suffix}"
+    if create_main is None:
+        create_table(dynamodb, template, "Table", table)
+    else:
+        create_main(dynamodb, table)
     create_table(dynamodb, template, "AuditTable", audit_table)
-    local = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
-    sns, sqs = boto3.client("sns", **local), boto3.client("sqs", **local)
-    topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
-    alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
-    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
-    recheck_queue = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
-    variables = {
-        "TABLE_NAME": table,
-        "AUDIT_TABLE_NAME": audit_table,
-        "ALERT_TOPIC_ARN": topic_arn,
-        "RECHECK_QUEUE_URL": recheck_queue,
-        "RULES_FILE": str(rules_file),
-        "DYNAMODB_ENDPOINT": dynamodb_endpoint,
-        "AWS_ENDPOINT_URL_SNS": moto_endpoint,
-        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
-    }
+    sqs, topic_arn, alert_queue, recheck_queue = alerting(moto_endpoint, suffix)
+    variables = stack_environment(
+        table, audit_table, topic_arn, recheck_queue, rules_file, dynamodb_endpoint, moto_endpoint
+    )
     saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
-
-    def clear() -> None:
-        settings.cache_clear()
-        runtime.rules.cache_clear()
-        runtime._clients.cache_clear()
-
     clear()
     try:
         streams = boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb_endpoint))

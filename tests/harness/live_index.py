@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import statistics
 import threading
@@ -59,7 +58,7 @@ from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.pump import MappingSettings, Pump
-from tally.local.template import create_table, create_table_from, load_template, template_path
+from tally.local.template import create_table_from, load_template, template_path
 from tally.reconciler import runtime
 from tests.harness.index_application import (
     BLOCKED,
@@ -72,7 +71,14 @@ from tests.harness.index_application import (
     IndexApplication,
 )
 from tests.harness.index_lag import LaggingIndex, StreamTap
-from tests.harness.live import Alert, Subscriber, format_latency, latency_table, watched_schedule
+from tests.harness.index_tables import followers_and_totals_table
+from tests.harness.live import (
+    Alert,
+    Counted,
+    Subscriber,
+    live_stack,
+    watched_schedule,
+)
 from tests.utils import TTL_IDENTITY, deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "live_index_rules.toml"
@@ -86,36 +92,7 @@ WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWri
 def index_table_kwargs(name: str) -> dict[str, Any]:
     """The scenario's table: pk/sk, the followers' inverted GSI1 (keys only) and the carts'
     inverted ByProduct (sk HASH, pk RANGE, projecting quantity), a stream of both images."""
-    return {
-        "TableName": name,
-        "AttributeDefinitions": [
-            {"AttributeName": a, "AttributeType": "S"} for a in ("pk", "sk", "GSI1PK", "GSI1SK")
-        ],
-        "KeySchema": [
-            {"AttributeName": "pk", "KeyType": "HASH"},
-            {"AttributeName": "sk", "KeyType": "RANGE"},
-        ],
-        "BillingMode": "PAY_PER_REQUEST",
-        "GlobalSecondaryIndexes": [
-            {
-                "IndexName": GSI1,
-                "KeySchema": [
-                    {"AttributeName": "GSI1PK", "KeyType": "HASH"},
-                    {"AttributeName": "GSI1SK", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "KEYS_ONLY"},
-            },
-            {
-                "IndexName": BY_PRODUCT,
-                "KeySchema": [
-                    {"AttributeName": "sk", "KeyType": "HASH"},
-                    {"AttributeName": "pk", "KeyType": "RANGE"},
-                ],
-                "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["quantity"]},
-            },
-        ],
-        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-    }
+    return followers_and_totals_table(name, keys=("pk", "sk"), inverted=BY_PRODUCT)
 
 
 @dataclass
@@ -140,7 +117,7 @@ class ReadUnits:
 
 
 @dataclass
-class Outcome:
+class Outcome(Counted):
     """What one run counted."""
 
     seed: int
@@ -155,53 +132,14 @@ class Outcome:
     index: dict[str, Any] = field(default_factory=dict)  # what the lagging index did
     seconds: float = 0.0
 
-    def counts(self) -> tuple[int, int, int, int]:
-        return (
-            len(self.false_negatives),
-            len(self.false_positives),
-            len(self.lost_writes),
-            len(self.harmful_writes),
-        )
-
-    def latency_table(self) -> dict[str, dict[str, float]]:
-        return latency_table(self.latencies)
+    def alert_pk(self, alert: dict[str, Any]) -> str:
+        return alert_pk(alert)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "seed": self.seed,
-            "false_negatives": sorted(self.false_negatives),
-            "false_positives": sorted(self.false_positives),
-            "lost_writes": self.lost_writes,
-            "harmful_writes": self.harmful_writes,
-            "latency": self.latency_table(),
-            "latencies": self.latencies,
-            "cost": self.cost,
-            "index": self.index,
-            "seconds": round(self.seconds, 1),
-            "alerts": [
-                {k: a.get(k) for k in ("kind", "key", "rule", "stored", "actual", "detail")}
-                for a in self.alerts
-            ],
-        }
+        return {"seed": self.seed, **self.counted_json(), "cost": self.cost, "index": self.index}
 
     def describe(self) -> str:
-        fn, fp, lost, harmful = self.counts()
-        lines = [
-            f"seed {self.seed}: false negatives {fn}, false positives {fp}, "
-            f"lost writes {lost}, harmful writes {harmful} ({self.seconds:.0f} s)"
-        ]
-        for name, what in (
-            ("false negatives", sorted(self.false_negatives)),
-            ("false positives", sorted(self.false_positives)),
-            ("lost writes", self.lost_writes),
-            ("harmful writes", self.harmful_writes),
-        ):
-            if what:
-                lines.append(f"  {name}: {', '.join(what)}")
-        for alert in self.alerts:
-            if alert_pk(alert) in self.false_positives:
-                lines.append(f"  false positive: {json.dumps(alert, default=str)[:400]}")
-        lines.append(format_latency(self.latency_table()))
+        lines = self.counted_lines(f"seed {self.seed}")
         lines += [f"  {line}" for line in cost_lines(self.cost)]
         return "\n".join(lines)
 
@@ -836,54 +774,11 @@ def index_stack(dynamodb_endpoint: str, moto_endpoint: str) -> Iterator[Any]:
     """A fresh stack for the scenario (its table, the audit table, topic and queues, the
     handlers' environment pointing at them and at live_index_rules.toml), inside or outside
     pytest; the environment and the handlers' cached clients are restored after."""
-    from tally.core.settings import settings
-    from tests.integration.conftest import Stack
 
-    template = load_template(template_path())
-    dynamodb = boto3.client("dynamodb", **local_client_kwargs(dynamodb_endpoint))
-    suffix = uuid.uuid4().hex[:10]
-    table, audit_table = f"tally-idx-{suffix}", f"tally-idx-audit-{suffix}"
-    create_table_from(dynamodb, index_table_kwargs(table), "expirationTime")
-    create_table(dynamodb, template, "AuditTable", audit_table)
-    local = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
-    sns, sqs = boto3.client("sns", **local), boto3.client("sqs", **local)
-    topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
-    alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
-    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
-    recheck_queue = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
-    variables = {
-        "TABLE_NAME": table,
-        "AUDIT_TABLE_NAME": audit_table,
-        "ALERT_TOPIC_ARN": topic_arn,
-        "RECHECK_QUEUE_URL": recheck_queue,
-        "RULES_FILE": str(RULES_FILE),
-        "DYNAMODB_ENDPOINT": dynamodb_endpoint,
-        "AWS_ENDPOINT_URL_SNS": moto_endpoint,
-        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
-    }
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
+    def create_main(dynamodb: Any, table: str) -> None:
+        create_table_from(dynamodb, index_table_kwargs(table), "expirationTime")
 
-    def clear() -> None:
-        settings.cache_clear()
-        runtime.rules.cache_clear()
-        runtime._clients.cache_clear()
-
-    clear()
-    try:
-        streams = boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb_endpoint))
-        reader = StreamReader(streams, stream_arn(dynamodb, table))
-        yield Stack(
-            dynamodb, sqs, table, audit_table, topic_arn, alert_queue, recheck_queue, reader
-        )
-    finally:
-        clear()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        for name in (table, audit_table):
-            with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):
-                dynamodb.delete_table(TableName=name)
+    with live_stack(
+        dynamodb_endpoint, moto_endpoint, RULES_FILE, prefix="tally-idx", create_main=create_main
+    ) as stack:
+        yield stack

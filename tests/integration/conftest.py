@@ -181,6 +181,41 @@ class Stack:
         return AuditStore(self.dynamodb, self.audit_table)
 
 
+def alerting(moto_endpoint: str, suffix: str) -> tuple[Any, str, str, str]:
+    """The alert topic with a queue subscribed to it, and the recheck queue, on moto:
+    (the SQS client, the topic's ARN, the alert queue's URL, the recheck queue's URL)."""
+    local = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
+    sns, sqs = boto3.client("sns", **local), boto3.client("sqs", **local)
+    topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
+    alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
+    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
+    recheck_queue = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
+    return sqs, topic_arn, alert_queue, recheck_queue
+
+
+def stack_environment(
+    table: str,
+    audit_table: str,
+    topic_arn: str,
+    recheck_queue: str,
+    rules_file: Path,
+    dynamodb_endpoint: str,
+    moto_endpoint: str,
+) -> dict[str, str]:
+    """The handlers' environment for a stack of these tables, topic and queues."""
+    return {
+        "TABLE_NAME": table,
+        "AUDIT_TABLE_NAME": audit_table,
+        "ALERT_TOPIC_ARN": topic_arn,
+        "RECHECK_QUEUE_URL": recheck_queue,
+        "RULES_FILE": str(rules_file),
+        "DYNAMODB_ENDPOINT": dynamodb_endpoint,
+        "AWS_ENDPOINT_URL_SNS": moto_endpoint,
+        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
+    }
+
+
 @pytest.fixture
 def stack(
     dynamodb: Any,
@@ -194,23 +229,10 @@ def stack(
     table, audit_table = f"tally-it-{suffix}", f"tally-audit-{suffix}"
     create_table(dynamodb, template, "Table", table)
     create_table(dynamodb, template, "AuditTable", audit_table)
-    local = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
-    sns, sqs = boto3.client("sns", **local), boto3.client("sqs", **local)
-    topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
-    alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
-    sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
-    recheck_queue = sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
-    for name, value in {
-        "TABLE_NAME": table,
-        "AUDIT_TABLE_NAME": audit_table,
-        "ALERT_TOPIC_ARN": topic_arn,
-        "RECHECK_QUEUE_URL": recheck_queue,
-        "RULES_FILE": str(RULES_FILE),
-        "DYNAMODB_ENDPOINT": dynamodb_endpoint,
-        "AWS_ENDPOINT_URL_SNS": moto_endpoint,
-        "AWS_ENDPOINT_URL_SQS": moto_endpoint,
-    }.items():
+    sqs, topic_arn, alert_queue, recheck_queue = alerting(moto_endpoint, suffix)
+    for name, value in stack_environment(
+        table, audit_table, topic_arn, recheck_queue, RULES_FILE, dynamodb_endpoint, moto_endpoint
+    ).items():
         monkeypatch.setenv(name, value)
     _clear_caches()
     streams = boto3.client("dynamodbstreams", **local_client_kwargs(dynamodb_endpoint))

@@ -26,6 +26,7 @@ from tally.local.exports import read_export, write_export
 from tally.local.template import create_table_from
 from tally.reconciler import runtime
 from tally.reconciler.full_audit import full_audit
+from tests.harness.index_tables import followers_and_totals_table
 from tests.integration.conftest import Stack, _clear_caches
 from tests.integration.test_aggregated_counters import HeldClock
 from tests.utils import serialize
@@ -35,34 +36,7 @@ GRACE = 2
 
 
 def table_kwargs(name: str) -> dict[str, Any]:
-    def index(name: str, pk: str, sk: str, projection: dict[str, Any]) -> dict[str, Any]:
-        schema = [
-            {"AttributeName": pk, "KeyType": "HASH"},
-            {"AttributeName": sk, "KeyType": "RANGE"},
-        ]
-        return {"IndexName": name, "KeySchema": schema, "Projection": projection}
-
-    return {
-        "TableName": name,
-        "AttributeDefinitions": [
-            {"AttributeName": a, "AttributeType": "S"} for a in ("PK", "SK", "GSI1PK", "GSI1SK")
-        ],
-        "KeySchema": [
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        "GlobalSecondaryIndexes": [
-            index("GSI1", "GSI1PK", "GSI1SK", {"ProjectionType": "KEYS_ONLY"}),
-            index(
-                "InvertedIndex",
-                "SK",
-                "PK",
-                {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["quantity"]},
-            ),
-        ],
-        "BillingMode": "PAY_PER_REQUEST",
-        "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
-    }
+    return followers_and_totals_table(name)
 
 
 @dataclass

@@ -9,8 +9,6 @@ anything): `benchmarks/live_faults.py` checks the goals over several runs."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
@@ -18,19 +16,14 @@ import pytest
 from tally.reconciler import runtime
 from tally.rules import load_rules
 from tests.harness.faults import Outage
-from tests.harness.live import LIFECYCLE, LiveRun, Outcome
+from tests.harness.live import LIFECYCLE, LiveRun, Outcome, write_report
 from tests.integration.conftest import RULES_FILE, Stack
 
 RULES = load_rules(RULES_FILE)
 
 
 def report(outcome: Outcome, name: str, tmp_path: Path) -> None:
-    print(f"\n{name}: {outcome.describe()}")
-    target = Path(os.environ.get("TALLY_LIVE_REPORT") or tmp_path / "live_faults.json")
-    runs = json.loads(target.read_text()) if target.exists() else {}
-    runs[name] = outcome.as_json()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(runs, indent=2, sort_keys=True))
+    write_report(outcome, name, tmp_path / "live_faults.json")
 
 
 def assert_clean(outcome: Outcome) -> None:

@@ -11,20 +11,14 @@ written as JSON to $TALLY_LIVE_REPORT (else the test's tmp dir), not asserted:
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
+from tests.harness.live import write_report
 from tests.harness.live_index import LiveIndexRun, Outcome, index_stack
 
 
 def report(outcome: Outcome, name: str, tmp_path: Path) -> None:
-    print(f"\n{name}: {outcome.describe()}")
-    target = Path(os.environ.get("TALLY_LIVE_REPORT") or tmp_path / "live_index.json")
-    runs = json.loads(target.read_text()) if target.exists() else {}
-    runs[name] = outcome.as_json()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(runs, indent=2, sort_keys=True))
+    write_report(outcome, name, tmp_path / "live_index.json")
 
 
 def test_live_verification_of_children_found_through_a_lagging_index(

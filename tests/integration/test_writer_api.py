@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,12 +45,21 @@ def call_shared(
     yield from _invoker(monkeypatch, dynamodb_endpoint, shared)
 
 
-def _invoker(monkeypatch: pytest.MonkeyPatch, dynamodb_endpoint: str, table: str) -> Iterator[Any]:
+def _invoker(
+    monkeypatch: pytest.MonkeyPatch,
+    dynamodb_endpoint: str,
+    table: str,
+    rules_file: Path | None = None,
+) -> Iterator[Any]:
+    """The writer API's handler on ``table``, with ``rules_file`` (else the default rules)."""
     monkeypatch.setenv("TABLE_NAME", table)
     monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "tally")
-    monkeypatch.delenv("RULES_FILE", raising=False)
+    if rules_file is None:
+        monkeypatch.delenv("RULES_FILE", raising=False)
+    else:
+        monkeypatch.setenv("RULES_FILE", str(rules_file))
     # Metrics reads its namespace when first imported, possibly before this fixture ran.
     monkeypatch.setattr(metrics, "namespace", "TallyTest")
     tally.core.settings.settings.cache_clear()

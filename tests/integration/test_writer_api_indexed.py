@@ -12,10 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tally.core.settings
-from tally.core.observability import metrics
-from tally.handlers import writer_api
-from tests.harness.http import invoke
+from tests.integration.test_writer_api import _invoker
 from tests.integration.test_writers_indexed import (  # noqa: F401 (the table fixture)
     FOLLOWERS,
     FOLLOWING,
@@ -79,17 +76,7 @@ def call(
     for name in ("bob", "cat"):
         put(dynamodb, table, {**user(name), "followerCount": 0})
     put(dynamodb, table, {"PK": "PRODUCT#a", "SK": "TOTAL", "quantity": 0})
-    monkeypatch.setenv("TABLE_NAME", table)
-    monkeypatch.setenv("RULES_FILE", str(rules))
-    monkeypatch.setenv("DYNAMODB_ENDPOINT", dynamodb_endpoint)
-    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
-    monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "tally")
-    monkeypatch.setattr(metrics, "namespace", "TallyTest")
-    tally.core.settings.settings.cache_clear()
-    writer_api._writers.cache_clear()
-    yield invoke
-    tally.core.settings.settings.cache_clear()
-    writer_api._writers.cache_clear()
+    yield from _invoker(monkeypatch, dynamodb_endpoint, table, rules)
 
 
 def test_follow_re_parent_unfollow_by_status_and_remove_through_the_api(

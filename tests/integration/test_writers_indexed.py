@@ -33,26 +33,14 @@ from tally.writers import (
     WriteResult,
 )
 from tests.harness.faults import Faults
+from tests.harness.index_tables import CART_TOTALS, gsi
+from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
 from tests.utils import deserialize, serialize
 
 RULES: RuleSet = parse_rules(
     {
         "rules": [
-            {
-                "name": "followers",
-                "kind": "count",
-                "parent": {"PK": "USER#*", "SK": "PROFILE"},
-                "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-                "counter": "followerCount",
-                "revision": "rev",
-                "repair": "auto",
-                "through": {
-                    "index": "GSI1",
-                    "partition_key": "GSI1PK",
-                    "sort_key": "GSI1SK",
-                    "sort_prefix": "FOLLOWING#",
-                },
-            },
+            FOLLOWERS_RULE | {"revision": "rev", "repair": "auto"},
             {
                 "name": "product-totals",
                 "kind": "sum",
@@ -63,16 +51,7 @@ RULES: RuleSet = parse_rules(
                 "revision": "rev",
                 "through": {"index": "GSI2", "partition_key": "GSI2PK", "sort_key": "GSI2SK"},
             },
-            {
-                # The shopping cart's inverted index: a line's own sort key names its product.
-                "name": "cart-totals",
-                "kind": "sum",
-                "parent": {"PK": "SKU#*", "SK": "ALLCARTS"},
-                "children": {"PK": "BASKET#*", "SK": "SKU#*"},
-                "counter": "cartQuantity",
-                "summed": "qty",
-                "through": {"index": "Inverted", "partition_key": "SK", "sort_key": "PK"},
-            },
+            CART_TOTALS,
             {
                 "name": "likes",
                 "kind": "count",
@@ -90,17 +69,6 @@ assert isinstance(TOTALS, SumRule) and isinstance(CARTS, SumRule)
 FOLLOWING = "FOLLOWING#2026-11-26"
 
 
-def _index(name: str) -> dict[str, Any]:
-    return {
-        "IndexName": name,
-        "KeySchema": [
-            {"AttributeName": f"{name}PK", "KeyType": "HASH"},
-            {"AttributeName": f"{name}SK", "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "ALL"},
-    }
-
-
 @pytest.fixture
 def table(dynamodb: Any) -> Iterator[str]:
     """A table with the rules' keys and their inverted indexes (GSI1, GSI2, and Inverted
@@ -112,15 +80,11 @@ def table(dynamodb: Any) -> Iterator[str]:
     for attribute in ("GSI1PK", "GSI1SK", "GSI2PK", "GSI2SK"):
         defined.setdefault(attribute, {"AttributeName": attribute, "AttributeType": "S"})
     kwargs["AttributeDefinitions"] = list(defined.values())
-    inverted = {
-        "IndexName": "Inverted",
-        "KeySchema": [
-            {"AttributeName": "SK", "KeyType": "HASH"},
-            {"AttributeName": "PK", "KeyType": "RANGE"},
-        ],
-        "Projection": {"ProjectionType": "INCLUDE", "NonKeyAttributes": ["qty"]},
-    }
-    kwargs["GlobalSecondaryIndexes"] = [_index("GSI1"), _index("GSI2"), inverted]
+    kwargs["GlobalSecondaryIndexes"] = [
+        gsi("GSI1", "GSI1PK", "GSI1SK", "ALL"),
+        gsi("GSI2", "GSI2PK", "GSI2SK", "ALL"),
+        gsi("Inverted", "SK", "PK", "INCLUDE", "qty"),
+    ]
     create_table_from(dynamodb, kwargs, None)
     yield name
     with contextlib.suppress(dynamodb.exceptions.ResourceNotFoundException):

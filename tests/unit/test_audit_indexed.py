@@ -30,26 +30,15 @@ from tally.reconciler.audit_sql import EXACT_AMOUNT, AuditQuery
 from tally.reconciler.candidates import Candidate, parse_candidate
 from tally.reconciler.unindexed import finding, index_key_types, unindexed
 from tally.rules import CountRule, SumRule, parse_rules
-from tests.unit.test_audit_sql import DESCRIPTION
+from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
+from tests.unit.test_audit_sql import DESCRIPTION, item, n, s
 from tests.utils import write_aws_export
 
 RULES = parse_rules(
     {
         "rules": [
-            {  # followers: an edge keyed by the follower names its followee in GSI1PK
-                "name": "followers",
-                "kind": "count",
-                "parent": {"PK": "USER#*", "SK": "PROFILE"},
-                "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-                "counter": "followerCount",
-                "repair": "alert",
-                "through": {
-                    "index": "GSI1",
-                    "partition_key": "GSI1PK",
-                    "sort_key": "GSI1SK",
-                    "sort_prefix": "FOLLOWING#",
-                },
-            },
+            # followers: an edge keyed by the follower names its followee in GSI1PK
+            FOLLOWERS_RULE | {"repair": "alert"},
             {  # a product's total quantity across every cart: an inverted index (SK, PK)
                 "name": "product-totals",
                 "kind": "sum",
@@ -79,18 +68,6 @@ RULES = parse_rules(
     }
 )
 KEYS = RULES.table
-
-
-def s(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
-def n(value: Any) -> dict[str, str]:
-    return {"N": value if isinstance(value, str) else f"{Decimal(value).normalize():f}"}
-
-
-def item(pk: str, sk: str, **attributes: Any) -> dict[str, Any]:
-    return {"PK": s(pk), "SK": s(sk), **attributes}
 
 
 def edge(follower: str, followee: str, **index: Any) -> dict[str, Any]:

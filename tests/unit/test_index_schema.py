@@ -20,22 +20,11 @@ from tally.local.template import (
 )
 from tally.rules import load_rules, parse_rules
 from tally.rules.live_table import TableShape, schema_problems
+from tests.harness.index_tables import FOLLOWERS
+from tests.harness.index_tables import gsi as index
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FOLLOWERS: dict[str, Any] = {
-    "name": "followers",
-    "kind": "count",
-    "parent": {"PK": "USER#*", "SK": "PROFILE"},
-    "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-    "counter": "followerCount",
-    "through": {
-        "index": "GSI1",
-        "partition_key": "GSI1PK",
-        "sort_key": "GSI1SK",
-        "sort_prefix": "FOLLOWING#",
-    },
-}
 SPENT: dict[str, Any] = {
     "name": "spent",
     "kind": "sum",
@@ -50,8 +39,8 @@ SPENT: dict[str, Any] = {
 def table(*indexes: dict[str, Any], local: bool = False, types: dict[str, str] | None = None):
     """create_table kwargs of a PK/SK table with these indexes (keys typed S unless said)."""
     named = {"PK": "S", "SK": "S"}
-    for index in indexes:
-        for key in index["KeySchema"]:
+    for spec in indexes:
+        for key in spec["KeySchema"]:
             named.setdefault(key["AttributeName"], "S")
     named |= types or {}
     kind = "LocalSecondaryIndexes" if local else "GlobalSecondaryIndexes"
@@ -67,16 +56,6 @@ def table(*indexes: dict[str, Any], local: bool = False, types: dict[str, str] |
         "StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
         **({kind: list(indexes)} if indexes else {}),
     }
-
-
-def index(name: str, pk: str, sk: str | None = None, projection: str = "KEYS_ONLY", *include: str):
-    schema = [{"AttributeName": pk, "KeyType": "HASH"}]
-    if sk is not None:
-        schema.append({"AttributeName": sk, "KeyType": "RANGE"})
-    spec: dict[str, Any] = {"ProjectionType": projection}
-    if include:
-        spec["NonKeyAttributes"] = list(include)
-    return {"IndexName": name, "KeySchema": schema, "Projection": spec}
 
 
 def problems(rule: dict[str, Any], kwargs: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from tally.cli.rules_check import check
 from tally.core.dynamodb import serialize
 from tally.local.template import create_table_from
 from tally.rules import RuleSet, parse_rules
+from tests.harness.index_tables import FOLLOWERS
 
 LIKES = {
     "name": "likes",
@@ -159,21 +160,6 @@ def test_the_sample_is_limited(ddb: Any) -> None:
     for n in range(30):
         put(ddb, PK=f"POST#{n}", SK="META", likeTally=0)
     assert run(ddb, limit=7).sampled == 7
-
-
-FOLLOWERS = {
-    "name": "followers",
-    "kind": "count",
-    "parent": {"PK": "USER#*", "SK": "PROFILE"},
-    "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-    "counter": "followerCount",
-    "through": {
-        "index": "GSI1",
-        "partition_key": "GSI1PK",
-        "sort_key": "GSI1SK",
-        "sort_prefix": "FOLLOWING#",
-    },
-}
 
 
 def follow(ddb: Any, follower: str, followee: str, status: str = "FOLLOWING") -> None:

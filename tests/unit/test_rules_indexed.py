@@ -10,20 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.rules import RulesFileError, parse_rules
-
-FOLLOWERS: dict[str, Any] = {
-    "name": "followers",
-    "kind": "count",
-    "parent": {"PK": "USER#*", "SK": "PROFILE"},
-    "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-    "counter": "followerCount",
-    "through": {
-        "index": "GSI1",
-        "partition_key": "GSI1PK",
-        "sort_key": "GSI1SK",
-        "sort_prefix": "FOLLOWING#",
-    },
-}
+from tests.harness.index_tables import FOLLOWERS
 
 
 def rules_with(**changes: Any) -> Any:

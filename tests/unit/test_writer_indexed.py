@@ -22,33 +22,14 @@ from tally.writers.indexed import (
     named_parent,
     refused_index_key,
 )
+from tests.harness.index_tables import CART_TOTALS
+from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
 
 RULES = parse_rules(
     {
         "rules": [
-            {
-                "name": "followers",
-                "kind": "count",
-                "parent": {"PK": "USER#*", "SK": "PROFILE"},
-                "children": {"PK": "USER#*", "SK": "FOLLOWS#*"},
-                "counter": "followerCount",
-                "through": {
-                    "index": "GSI1",
-                    "partition_key": "GSI1PK",
-                    "sort_key": "GSI1SK",
-                    "sort_prefix": "FOLLOWING#",
-                },
-            },
-            {
-                # The shopping cart's inverted index: the line's sort key names the product.
-                "name": "cart-totals",
-                "kind": "sum",
-                "parent": {"PK": "SKU#*", "SK": "ALLCARTS"},
-                "children": {"PK": "BASKET#*", "SK": "SKU#*"},
-                "counter": "cartQuantity",
-                "summed": "qty",
-                "through": {"index": "Inverted", "partition_key": "SK", "sort_key": "PK"},
-            },
+            FOLLOWERS_RULE,
+            CART_TOTALS,
         ]
     }
 )
