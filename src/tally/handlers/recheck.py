@@ -25,15 +25,19 @@ processor = BatchProcessor(event_type=EventType.SQS)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     reconciler = runtime.reconciler()  # one repair budget for the whole batch of rechecks
-    merged = merge_index_looks(_readable(event), mergeable(reconciler.rules))
+    readable = _readable(event)
+    parsed = dict(readable)
+    merged = merge_index_looks(readable, mergeable(reconciler.rules))
 
     def record_handler(record: SQSRecord) -> None:
-        recheck = parse_recheck(record.body)
         if record.message_id in merged:
             look = merged[record.message_id]
             if look is None:
                 return  # a later message of this batch takes the same parent's look
             recheck = look
+        else:
+            # Parsed once; a body that does not parse fails here, naming its field.
+            recheck = parsed.get(record.message_id) or parse_recheck(record.body)
         logger.info("recheck", extra={"rule": recheck.rule, "key": recheck.key})
         reconciler.recheck(recheck)
 

@@ -311,21 +311,15 @@ class Counts:
         observed = sent.observed if sent else None
         looks = sent.looks if sent else 0
         parent = self._table.read_parent(rule, key)
-        state = lifecycle.state_of(parent.exists, parent.counter, parent.revision)
+        state = _state(parent)
         if state != (sent.reference if sent else None):
             # Nothing to judge yet. What was seen of a parent that is gone still holds.
             self._look_again(rule, key, state, observed if not parent.exists else None, looks)
             return
         snapshot = self._observed_recount(rule, key, observed, parent)
         if snapshot is not None and not snapshot.parent.same_as(parent):
-            after = snapshot.parent  # it moved during this look: judged from there, later
-            self._look_again(
-                rule,
-                key,
-                lifecycle.state_of(after.exists, after.counter, after.revision),
-                None,
-                looks,
-            )
+            # It moved during this look: judged from there, later.
+            self._look_again(rule, key, _state(snapshot.parent), None, looks)
             return
         finding = self._judged(rule, key, snapshot, None, None)
         if snapshot is None or finding is None:
@@ -391,6 +385,10 @@ class Counts:
         group.child_delta = subtract(group.child_delta, exact_sum(e.delta for e in refused))
         group.ttl_removed = group.ttl_removed or bool(refused)
         group.expiries = []
+
+
+def _state(parent: ParentState) -> str:
+    return lifecycle.state_of(parent.exists, parent.counter, parent.revision)
 
 
 def _key_text(key: Key) -> str:

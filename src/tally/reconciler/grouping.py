@@ -89,6 +89,7 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
     except Exception:
         event = None
     groups: list[tuple[Group, Match, Mapping[str, Any], Mapping[str, Any]]] = []
+    logged = False
     for match in matches:
         if match.role != "indexed":
             groups.append((batch.group(match), match, old, new))
@@ -99,6 +100,7 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
             # An index key no writer could store: no parent of this rule is known to verify
             # (logged); the record's other roles are folded as usual.
             batch.malformed.append(str(record.get("eventID", "?")))
+            logged = True
             continue
         for parent in dict.fromkeys(key_id(p) for p in named if p is not None):
             # Each parent sees the images that name it: a re-parented child is -1 on one
@@ -110,7 +112,7 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
             group = batch.group(replace(match, parent_key=dict(parent)))
             groups.append((group, match, images[0], images[1]))
     if not groups:
-        if str(record.get("eventID", "?")) not in batch.malformed:
+        if not logged:
             batch.skipped += 1  # an item found through an index that is no child, then or now
         return
     for group, match, before, after in groups:
