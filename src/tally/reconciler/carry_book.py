@@ -14,7 +14,7 @@ from tally.reconciler.changes import Group
 from tally.reconciler.protocol import carry as carrying
 from tally.reconciler.protocol.carry import Carry, window_left
 from tally.reconciler.scheduling import Scheduler
-from tally.reconciler.stats import StatsBook
+from tally.reconciler.stats import Outcome
 from tally.rules import CountRule, Key, SequenceRule, SumRule
 
 TallyRule = CountRule | SumRule
@@ -25,8 +25,8 @@ MAX_OPEN_CARRIES = 10_000
 # How long a carry's write may still land after its recheck was scheduled: the write's
 # bounded retries (3 attempts of at most 3 + 15 s) with room to spare.
 CARRY_WRITE_MS = 60_000
-# Recount one parent: (rule, key, first_seen).
-Recount = Callable[[TallyRule, Key, str | None], None]
+# Recount one parent: (rule, key, first_seen), and what the recount came to.
+Recount = Callable[[TallyRule, Key, str | None], list[Outcome]]
 
 
 def now_ms() -> int:
@@ -40,12 +40,10 @@ class CarryBook:
         self,
         store: AuditCarries,
         scheduler: Scheduler,
-        stats: StatsBook,
         open_carries: set[CarryId] | None = None,
     ):
         self._store = store
         self._scheduler = scheduler
-        self._stats = stats
         self.open_carries = open_carries if open_carries is not None else set()
 
     def may_be_open(self, group: Group) -> bool:
@@ -56,8 +54,9 @@ class CarryBook:
             and (group.rule.name, tuple(sorted(group.parent_key.items()))) in self.open_carries
         )
 
-    def carry(self, rule: TallyRule, group: Group) -> bool:
-        """Fold the group's remainder into the parent's carry; False: recount instead.
+    def carry(self, rule: TallyRule, group: Group) -> Outcome | None:
+        """Fold the group's remainder into the parent's carry: carried, or proved where the
+        remainder cancels out; None: recount instead.
 
         Only records past the carry's ``through`` are added, so redelivery, bisection and
         retries never add one twice. A remainder that cancels out is balanced; one that
@@ -70,10 +69,9 @@ class CarryBook:
         through = max(int(number) for number in group.sequence_numbers)
         folded = carrying.fold(previous, through, group.deltas, now_ms(), group.first_seen)
         if folded.outcome == "folded before":
-            self._stats().carried += 1  # a remainder has its recheck scheduled
-            return True
+            return Outcome.CARRIED  # a remainder has its recheck scheduled
         if folded.carry is None:
-            return False  # more digits than the audit table holds: recount instead
+            return None  # more digits than the audit table holds: recount instead
         carry = folded.carry
         if folded.outcome == "opened":
             # Scheduled before the write: a carry never stands without its recheck. The window
@@ -89,22 +87,16 @@ class CarryBook:
                 carry_through=carry.through,
             )
         if not self._store.put_carry(rule.name, key, previous, carry):
-            return False
+            return None
         self._note(rule, key, carry)
-        stats = self._stats()
-        if carry.remainder:
-            stats.carried += 1
-        else:
-            stats.balanced += 1
-            stats.checked += 1
-            stats.consistent += 1
-        return True
+        return Outcome.CARRIED if carry.remainder else Outcome.PROVED
 
     def recheck(
         self, rule: TallyRule, key: Key, since: int, through: int, recount: Recount
-    ) -> bool:
+    ) -> list[Outcome]:
         """The window passed: recount a remainder nothing cancelled, then take off what the
-        recount covered (the records up to the ``through`` it read). True if it recounted.
+        recount covered (the records up to the ``through`` it read). What the recounts came
+        to; none: nothing was recounted.
 
         The recheck is scheduled before its carry is written: one that finds the carry
         still short of the records it names (``through``) overtook a slow write, and comes
@@ -121,25 +113,25 @@ class CarryBook:
                     delay=self._scheduler.carry_seconds,
                     carry_through=through,
                 )
-            return False  # cancelled meanwhile, or a later remainder with its own recheck
-        recount(rule, key, seen.first_seen)
+            return []  # cancelled meanwhile, or a later remainder with its own recheck
+        outcomes = recount(rule, key, seen.first_seen)
         for _ in range(self._scheduler.settle.attempts):
             now = self._store.carry(rule.name, key)
             if now.since != since:
-                return True  # cancelled meanwhile: nothing is left to take off
+                return outcomes  # cancelled meanwhile: nothing is left to take off
             carry = carrying.take_off(seen, now, now_ms())
             if carry is None:
                 # Too many digits to carry: a recount now covers every record folded so far.
-                recount(rule, key, seen.first_seen)
+                outcomes += recount(rule, key, seen.first_seen)
                 carry = Carry(Decimal(0), now.through)
             if self._store.put_carry(rule.name, key, now, carry):
                 if carry.remainder:  # records folded since the read: their own window
                     self._scheduler.schedule(
                         rule, key, 0, "carried remainder", carry_since=carry.since
                     )
-                return True
+                return outcomes
         self._scheduler.schedule(rule, key, 0, "the carry kept moving", carry_since=since)
-        return True
+        return outcomes
 
     def _note(self, rule: TallyRule | SequenceRule, key: Key, carry: Carry) -> None:
         name = (rule.name, tuple(sorted(key.items())))

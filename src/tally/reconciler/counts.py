@@ -31,7 +31,7 @@ from tally.reconciler.repairer import Repairer
 from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED, Scheduler
 from tally.reconciler.second_looks import SecondLooks, observation
-from tally.reconciler.stats import StatsBook
+from tally.reconciler.stats import Outcome
 from tally.rules import CountRule, Key, SumRule
 
 TallyRule = CountRule | SumRule
@@ -61,14 +61,12 @@ class Counts:
         reporter: Reporter,
         looks: SecondLooks,
         scheduler: Scheduler,
-        stats: StatsBook,
     ):
         self._table = table
         self._repairer = repairer
         self._reporter = reporter
         self._looks = looks
         self._scheduler = scheduler
-        self._stats = stats
 
     def measure_parent(self, rule: TallyRule, group: Group) -> tuple[bool, ParentState | None]:
         """Is a recount cheaper than the carry? With the parent's read, when it took one.
@@ -98,18 +96,18 @@ class Counts:
         first: ParentState | None = None,
         first_seen: str | None = None,
         observed: Observed | None = None,
-    ) -> None:
+    ) -> list[Outcome]:
         """Recount one parent (``first``: its read already taken); repair and report.
 
         ``observed``: the orphans an earlier look saw (children without their parent).
         """
         snapshot = self.settled_recount(rule, key, first)
-        finding = self._judged(rule, key, snapshot, group, first_seen)
+        finding, outcome = self._judged(rule, key, snapshot, group, first_seen)
         if snapshot is None or finding is None:
-            return
+            return [outcome]
         if finding.kind == "orphans":
             self._looks.judge_orphans(rule, key, finding, observed)
-            return
+            return [outcome]
         if group is not None and lifecycle.emptied(
             rule.orphan_grace_seconds,
             finding.kind,
@@ -120,19 +118,20 @@ class Counts:
             # Every child went away and nothing else moved: a deletion that takes the
             # children first and the parent next (a BatchWriteItem is no transaction).
             self._looks.look_again(rule, key, finding, EMPTIED)
-            return
+            return [outcome]
         if self.repair(rule, key, snapshot, finding):
-            return
+            return [outcome]
         # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
         if retry_fence:
-            self.verify_parent(rule, key, group, retry_fence=False, first_seen=first_seen)
-            return
+            again = self.verify_parent(rule, key, group, retry_fence=False, first_seen=first_seen)
+            return [outcome, *again]
         self._reporter.alert_unrepaired(
             finding.with_repair(
                 Repair("failed", "the parent changed during repair twice; a recheck will follow")
             )
         )
         self._scheduler.schedule(rule, key, 0, "repair fence failed twice")
+        return [outcome]
 
     def _judged(
         self,
@@ -141,25 +140,24 @@ class Counts:
         snapshot: Snapshot | None,
         group: Group | None,
         first_seen: str | None,
-    ) -> Finding | None:
-        """The finding of a settled recount, counted; None when there is nothing more to do
-        (the parent never held still and is deferred, or it is consistent)."""
+    ) -> tuple[Finding | None, Outcome]:
+        """The finding of a settled recount, and what the recount came to; no finding when
+        there is nothing more to do (the parent never held still and is deferred, or it is
+        consistent)."""
         if snapshot is None:
-            self._stats().deferred += 1
             self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
-            return None
-        self._stats().checked += 1
+            return None, Outcome.DEFERRED
         self.report_malformed(rule, key, snapshot.tally)
         finding = self.finding_of(rule, key, snapshot, group, first_seen)
-        if finding is None:
-            self._stats().consistent += 1
-            if not self._repairer.writes(rule):
-                self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
-        return finding
+        if finding is not None:
+            return finding, Outcome.CHECKED
+        if not self._repairer.writes(rule):
+            self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+        return None, Outcome.CONSISTENT
 
-    def recount(self, rule: TallyRule, key: Key, first_seen: str | None) -> None:
+    def recount(self, rule: TallyRule, key: Key, first_seen: str | None) -> list[Outcome]:
         """Recount one parent for its carry: the drift dates from the carry's first record."""
-        self.verify_parent(rule, key, None, first_seen=first_seen)
+        return self.verify_parent(rule, key, None, first_seen=first_seen)
 
     def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
         """Repair and report the finding; False when the fence failed (nothing written)."""
@@ -265,7 +263,9 @@ class Counts:
                 )
             )
 
-    def verify_aggregated(self, rule: TallyRule, key: Key, observed: Observed | None) -> None:
+    def verify_aggregated(
+        self, rule: TallyRule, key: Key, observed: Observed | None
+    ) -> list[Outcome]:
         """Judge a counter a stream aggregator keeps: a finding only if it held across the lag.
 
         Whatever deltas were pending at one recount have landed a lag later, so an offset
@@ -275,16 +275,13 @@ class Counts:
         """
         snapshot = self._observed_recount(rule, key, observed)
         if snapshot is None:
-            self._stats().deferred += 1
             reason = "parent kept changing during recount"
             self._scheduler.schedule(rule, key, 0, reason, observed)
-            return
-        self._stats().checked += 1
+            return [Outcome.DEFERRED]
         finding = self.finding_of(rule, key, snapshot, None)
         if finding is None:
-            self._stats().consistent += 1
             self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
-            return
+            return [Outcome.CONSISTENT]
         seen = observation(finding)
         if finding.kind != "invalid_counter" and not lifecycle.same(observed, seen):
             self._reporter.unconfirmed(finding)
@@ -293,15 +290,16 @@ class Counts:
                 reason = "aggregated counter off after its lag"
                 self._scheduler.schedule(rule, key, 0, reason, seen)
             # Otherwise the offset moved, and the records that moved it bring their rechecks.
-            return
+            return [Outcome.CHECKED]
         held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
         detail = "; ".join(part for part in (finding.detail, held) if part)
         why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
         self._reporter.alert_unrepaired(
             replace(finding, detail=detail).with_repair(Repair("skipped", why))
         )
+        return [Outcome.CHECKED]
 
-    def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None) -> None:
+    def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None) -> list[Outcome]:
         """Judge a parent whose children are found through an index, a grace after its change
         (docs/verification.md, "Children found through an index"): only a parent still in the
         state it was ``sent`` with (its reference) and unmoved through the look; otherwise it
@@ -315,18 +313,18 @@ class Counts:
         if state != (sent.reference if sent else None):
             # Nothing to judge yet. What was seen of a parent that is gone still holds.
             self._look_again(rule, key, state, observed if not parent.exists else None, looks)
-            return
+            return [Outcome.LEFT]
         snapshot = self._observed_recount(rule, key, observed, parent)
         if snapshot is not None and not snapshot.parent.same_as(parent):
             # It moved during this look: judged from there, later.
             self._look_again(rule, key, _state(snapshot.parent), None, looks)
-            return
-        finding = self._judged(rule, key, snapshot, None, None)
+            return [Outcome.LEFT]
+        finding, outcome = self._judged(rule, key, snapshot, None, None)
         if snapshot is None or finding is None:
-            return
+            return [outcome]
         if finding.kind == "orphans":  # a second look of its own, an orphan grace later
             self._looks.judge_orphans(rule, key, finding, observed)
-            return
+            return [outcome]
         seen = observation(finding)
         assert rule.through is not None
         grace = rule.through.grace_seconds
@@ -335,12 +333,13 @@ class Counts:
             self._scheduler.schedule(
                 rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
             )
-            return
+            return [outcome]
         held = f"the same counter and truth through index {rule.through.index!r} {grace} s apart"
         finding = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: look again, from what is there then.
             self._scheduler.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
+        return [outcome]
 
     def _observed_recount(
         self, rule: TallyRule, key: Key, observed: Observed | None, first: ParentState | None = None
@@ -365,11 +364,11 @@ class Counts:
             rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
         )
 
-    def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> None:
+    def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> list[Outcome]:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""
         if not group.expiries:
-            return
-        refused = []
+            return []
+        refused, applied = [], []
         if not self._repairer.may_decrement() or group.parent_removed:
             # No writes allowed, or the parent was removed (and perhaps made again) in this
             # batch: its new life owes these children nothing. They count as removals.
@@ -378,13 +377,14 @@ class Counts:
             for expiry in group.expiries:
                 outcome = self._repairer.decrement(rule, group.parent_key, expiry)
                 if outcome == "applied":
-                    self._stats().ttl_decrements += 1
+                    applied.append(Outcome.DECREMENTED)
                 elif outcome == "refused":
                     refused.append(expiry)
         # Removals the table did not take as decrements surface through the recount.
         group.child_delta = subtract(group.child_delta, exact_sum(e.delta for e in refused))
         group.ttl_removed = group.ttl_removed or bool(refused)
         group.expiries = []
+        return applied
 
 
 def _state(parent: ParentState) -> str:

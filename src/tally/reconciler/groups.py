@@ -10,7 +10,7 @@ from tally.reconciler.changes import Group
 from tally.reconciler.counts import Counts
 from tally.reconciler.scheduling import Scheduler
 from tally.reconciler.sequences import Sequences
-from tally.reconciler.stats import StatsBook
+from tally.reconciler.stats import Outcome
 from tally.rules import CountRule, SequenceRule, SumRule
 
 
@@ -23,7 +23,6 @@ class GroupVerifier:
         sequences: Sequences,
         carries: CarryBook,
         scheduler: Scheduler,
-        stats: StatsBook,
         *,
         carrying: bool = True,
     ):
@@ -31,7 +30,6 @@ class GroupVerifier:
         self._sequences = sequences
         self._carries = carries
         self._scheduler = scheduler
-        self._stats = stats
         self.carrying = carrying
 
     def proves_itself(self, group: Group) -> bool:
@@ -47,28 +45,25 @@ class GroupVerifier:
             for group in groups
         )
 
-    def verify(self, group: Group) -> bool:
-        """Verify one group; True when it went past the stream to the table."""
+    def verify(self, group: Group) -> list[Outcome]:
+        """Verify one group; what it came to (``Outcome.reached_table``: past the stream)."""
         rule = group.rule
+        outcomes = []
         if isinstance(rule, CountRule | SumRule):
-            self._counts.apply_ttl_expiries(rule, group)
+            outcomes = self._counts.apply_ttl_expiries(rule, group)
         elif group.ledger:
             # Before any judgement: a later recheck reads the members from the ledger.
             self._sequences.ledger.record(rule, group.parent_key, group.ledger)
         if self.proves_itself(group):
-            stats = self._stats()
-            stats.balanced += 1
-            stats.checked += 1
-            stats.consistent += 1
-            return False
+            return [*outcomes, Outcome.PROVED]
         if isinstance(rule, SequenceRule):
             self._sequences.verify_group(rule, group)
-            return True
+            return [*outcomes, Outcome.LEFT]
         if rule.lag_seconds is not None:
             # Not judged yet: the aggregator may still be adding this batch's deltas.
             reason = "aggregated counter unbalanced"
             self._scheduler.schedule(rule, group.parent_key, 0, reason)
-            return True
+            return [*outcomes, Outcome.LEFT]
         if rule.through is not None:
             # Child and counter sit in different item collections, on shards with no order
             # between them: no carry. The index may not show this batch's writes yet.
@@ -81,11 +76,11 @@ class GroupVerifier:
                 delay=rule.through.grace_seconds,
                 reference=group.parent_state,
             )
-            return True
+            return [*outcomes, Outcome.LEFT]
         first = None
         if group.carriable and self.carrying:
             small, first = self._counts.measure_parent(rule, group)
-            if not small and self._carries.carry(rule, group):
-                return False
-        self._counts.verify_parent(rule, group.parent_key, group, first=first)
-        return True
+            carried = None if small else self._carries.carry(rule, group)
+            if carried is not None:
+                return [*outcomes, carried]
+        return [*outcomes, *self._counts.verify_parent(rule, group.parent_key, group, first=first)]

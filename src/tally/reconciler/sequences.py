@@ -25,7 +25,7 @@ from tally.reconciler.repairer import Repairer
 from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import Scheduler
 from tally.reconciler.second_looks import SecondLooks
-from tally.reconciler.stats import StatsBook
+from tally.reconciler.stats import Outcome
 from tally.rules import AttributeMembers, Key, SequenceRule
 
 # Missing runs longer than this are one summarised finding: voiding 10^9 numbers one by
@@ -45,7 +45,6 @@ class Sequences:
         reporter: Reporter,
         looks: SecondLooks,
         scheduler: Scheduler,
-        stats: StatsBook,
         ledger: MemberLedger | None = None,
     ):
         self._table = table
@@ -54,7 +53,6 @@ class Sequences:
         self._reporter = reporter
         self._looks = looks
         self._scheduler = scheduler
-        self._stats = stats
         self._ledger = ledger
         self._ledger_lock = threading.Lock()
 
@@ -110,7 +108,7 @@ class Sequences:
                 )
             )
 
-    def recheck(self, rule: SequenceRule, recheck: Recheck) -> None:
+    def recheck(self, rule: SequenceRule, recheck: Recheck) -> list[Outcome]:
         """The authoritative check of one sequence, after its grace period.
 
         Members are read before the counter, so a number allocated meanwhile can only make
@@ -125,10 +123,9 @@ class Sequences:
             recheck = replace(recheck, counter_seen=0, epoch=epoch)
         members = self.member_numbers(rule, key, above=watermark)
         counter = self._table.read_parent(rule, key)
-        self._stats().checked += 1
-        anchor = self.sequence_anchor(rule, key, counter, watermark, members, recheck)
+        anchor, gone = self.sequence_anchor(rule, key, counter, watermark, members, recheck)
         if anchor is None:
-            return
+            return [gone]
         held = Counter(number for number, _ in members)
         found = 0
         if rule.has_counter:
@@ -142,11 +139,10 @@ class Sequences:
             if voided is None:
                 break  # the sequence went away meanwhile: nothing more is judged under it
             found += voided
-        if not found:
-            self._stats().consistent += 1
         contiguous = gaps.contiguous(watermark, held)
         if contiguous > watermark:
             self._store.advance_watermark(rule.name, key, contiguous)
+        return [Outcome.CHECKED if found else Outcome.CONSISTENT]
 
     def sequence_anchor(
         self,
@@ -156,16 +152,17 @@ class Sequences:
         watermark: int,
         members: list[tuple[int, Key]],
         recheck: Recheck,
-    ) -> Key | None:
+    ) -> tuple[Key | None, Outcome]:
         """The item whose existence justifies judging (and voiding) numbers: the counter item,
-        or without a counter the highest member. None: the sequence is not there to judge.
+        or without a counter the highest member. None: the sequence is not there to judge
+        (consistent: it is gone with its members; checked: its members wait for a look).
 
         A counter item that is gone is no horizon: numbers that went away with it are no
         gaps. Members it left behind are judged like orphans, once they persist; a sequence
         gone with all its members starts again from its first number if its key is reused.
         """
         if rule.has_counter and counter.exists:
-            return key
+            return key, Outcome.CHECKED
         # Real members only: a VOID tombstone is the reconciler's own, no sign of life.
         remaining = self.member_numbers(rule, key, watermark, voids=False) if members else []
         if not remaining and watermark:
@@ -173,10 +170,9 @@ class Sequences:
         if not remaining:
             if watermark:
                 self._store.lower_watermark(rule.name, key, 0)
-            self._stats().consistent += 1
-            return None
+            return None, Outcome.CONSISTENT
         if not rule.has_counter:
-            return max(remaining)[1]
+            return max(remaining)[1], Outcome.CHECKED
         count = len(remaining)
         finding = self._finding(
             rule,
@@ -187,7 +183,7 @@ class Sequences:
             detail=f"the counter item does not exist; {count} members remain",
         )
         self._looks.judge_orphans(rule, key, finding, recheck.observed, recheck.counter_seen)
-        return None
+        return None, Outcome.CHECKED
 
     def member_numbers(
         self, rule: SequenceRule, key: Key, above: int, *, voids: bool = True

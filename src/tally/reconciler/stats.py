@@ -1,15 +1,38 @@
-"""What one invocation did, for metrics and logs, counted per item collection when they run
-at once and added up in the calling thread."""
+"""What one invocation did, for metrics and logs. Verification returns what it came to
+(``Outcome``) and the runner or the facade counts it; the reporter and the scheduler count
+what they send. Item collections that run at once count into shares of their own, added up
+in the calling thread."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+class Outcome(Enum):
+    """What verifying one group, parent or sequence came to."""
+
+    PROVED = "proved"  # step 1: the batch proved it, with zero reads
+    CARRIED = "carried"  # step 1b: a remainder carried to its recheck
+    CONSISTENT = "consistent"  # checked against the table: consistent
+    CHECKED = "checked"  # checked against the table: off (found, or waiting for a look)
+    DEFERRED = "deferred"  # the parent never held still: checked later
+    DECREMENTED = "decremented"  # a TTL expiry applied as a decrement
+    LEFT = "left"  # left to a recheck, nothing judged yet
+
+    @staticmethod
+    def reached_table(outcomes: Iterable[Outcome]) -> bool:
+        """Whether the verification went past the stream to the table (alerts may follow)."""
+        return any(outcome in _REACHED_TABLE for outcome in outcomes)
+
+
+_REACHED_TABLE = {Outcome.CONSISTENT, Outcome.CHECKED, Outcome.DEFERRED, Outcome.LEFT}
 
 
 @dataclass
@@ -33,6 +56,16 @@ class Stats:
     repairs: Counter[str] = field(default_factory=Counter)
     drift_lifetimes: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+    def count(self, outcomes: Iterable[Outcome]) -> None:
+        """Count what a verification came to."""
+        for outcome in outcomes:
+            self.balanced += outcome is Outcome.PROVED
+            self.carried += outcome is Outcome.CARRIED
+            self.checked += outcome in (Outcome.PROVED, Outcome.CONSISTENT, Outcome.CHECKED)
+            self.consistent += outcome in (Outcome.PROVED, Outcome.CONSISTENT)
+            self.deferred += outcome is Outcome.DEFERRED
+            self.ttl_decrements += outcome is Outcome.DECREMENTED
 
     def merge(self, other: Stats) -> None:
         """Add what ``other`` counted (one item collection's share of a batch)."""

@@ -73,12 +73,12 @@ class Reconciler:
         )
         looks = SecondLooks(reporter, scheduler)
         repairer = Repairer(table, store, policy, reporter)
-        counts = self._counts = Counts(table, repairer, reporter, looks, scheduler, book)
+        counts = self._counts = Counts(table, repairer, reporter, looks, scheduler)
         sequences = self._sequences = Sequences(
-            table, store, repairer, reporter, looks, scheduler, book, ledger
+            table, store, repairer, reporter, looks, scheduler, ledger
         )
-        carries = self._carries = CarryBook(store, scheduler, book, open_carries)
-        self._groups = GroupVerifier(counts, sequences, carries, scheduler, book, carrying=carrying)
+        carries = self._carries = CarryBook(store, scheduler, open_carries)
+        self._groups = GroupVerifier(counts, sequences, carries, scheduler, carrying=carrying)
         self._runner = CollectionRunner(book, concurrency)
 
     # --- modes and outcomes, read-only ---------------------------------------------------
@@ -145,18 +145,20 @@ class Reconciler:
         rule = self.rules[recheck.rule]
         key = dict(recheck.key)
         if isinstance(rule, SequenceRule):
-            self._sequences.recheck(rule, recheck)
+            outcomes = self._sequences.recheck(rule, recheck)
         elif rule.lag_seconds is not None:
             # Never carried; a carry recheck left from before the lag was set is judged too.
-            self._counts.verify_aggregated(rule, key, recheck.observed)
+            outcomes = self._counts.verify_aggregated(rule, key, recheck.observed)
         elif rule.through is not None:
-            self._counts.verify_indexed(rule, key, recheck)
+            outcomes = self._counts.verify_indexed(rule, key, recheck)
         elif recheck.carry_since:
             since, through = recheck.carry_since, recheck.carry_through
-            if not self._carries.recheck(rule, key, since, through, self._counts.recount):
+            outcomes = self._carries.recheck(rule, key, since, through, self._counts.recount)
+            if not outcomes:
                 return  # nothing left to recount: no read beyond the carry's
         else:
-            self._counts.verify_parent(rule, key, None, observed=recheck.observed)
+            outcomes = self._counts.verify_parent(rule, key, None, observed=recheck.observed)
+        self.stats.count(outcomes)
         self.flush_alerts()
 
     # --- for the full audit ----------------------------------------------------------------
@@ -165,11 +167,12 @@ class Reconciler:
         """Recount one parent as its stream batch would (an aggregated one: a lag later; one
         whose children are found through an index: confirmed a grace later)."""
         if rule.lag_seconds is not None:
-            self._counts.verify_aggregated(rule, key, None)
+            outcomes = self._counts.verify_aggregated(rule, key, None)
         elif rule.through is not None:
-            self._counts.verify_indexed(rule, key, None)
+            outcomes = self._counts.verify_indexed(rule, key, None)
         else:
-            self._counts.verify_parent(rule, key, None)
+            outcomes = self._counts.verify_parent(rule, key, None)
+        self.stats.count(outcomes)
 
     def schedule_recheck(
         self, rule: CountRule | SumRule | SequenceRule, key: Key, counter_seen: int, reason: str
