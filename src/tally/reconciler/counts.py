@@ -14,7 +14,8 @@ from decimal import Decimal
 
 from tally.core.numbers import exact_sum, subtract
 from tally.reconciler.changes import Group
-from tally.reconciler.findings import Finding, Repair, shown
+from tally.reconciler.findings import Finding, Repair, malformed_amount, shown
+from tally.reconciler.followups import Followups, observation
 from tally.reconciler.parent_reads import ParentReads
 from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.judgement import (
@@ -28,9 +29,7 @@ from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.rechecks import MAX_DELAY_SECONDS, Recheck
 from tally.reconciler.repairer import Repairer
-from tally.reconciler.reporter import Reporter
-from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED, Scheduler
-from tally.reconciler.second_looks import SecondLooks, observation
+from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED
 from tally.reconciler.stats import Outcome
 from tally.rules import CountRule, Key, SumRule
 
@@ -54,19 +53,10 @@ class Snapshot:
 class Counts:
     """Recounts parents of count and sum rules; repairs through the repairer."""
 
-    def __init__(
-        self,
-        table: ParentReads,
-        repairer: Repairer,
-        reporter: Reporter,
-        looks: SecondLooks,
-        scheduler: Scheduler,
-    ):
+    def __init__(self, table: ParentReads, repairer: Repairer, followups: Followups):
         self._table = table
         self._repairer = repairer
-        self._reporter = reporter
-        self._looks = looks
-        self._scheduler = scheduler
+        self._followups = followups
 
     def measure_parent(self, rule: TallyRule, group: Group) -> tuple[bool, ParentState | None]:
         """Is a recount cheaper than the carry? With the parent's read, when it took one.
@@ -85,6 +75,33 @@ class Counts:
         if not state.exists or not valid_counter(rule, counter):
             return True, state  # orphans or a broken counter: the recount reports it now
         return counter <= SMALL_PARENT, state
+
+    def left_to_recheck(self, rule: TallyRule, group: Group) -> bool:
+        """A counter an aggregator keeps, or children found through an index: not judged on
+        its batch; its recheck is scheduled. False: the group is judged now."""
+        if rule.lag_seconds is not None:
+            # The aggregator may still be adding this batch's deltas.
+            self._followups.schedule(rule, group.parent_key, 0, "aggregated counter unbalanced")
+            return True
+        if rule.through is None:
+            return False
+        # Child and counter sit in different item collections, on shards with no order
+        # between them: no carry. The index may not show this batch's writes yet.
+        reason = "children found through an index unbalanced"
+        delay, state = rule.through.grace_seconds, group.parent_state
+        self._followups.schedule(rule, group.parent_key, 0, reason, delay=delay, reference=state)
+        return True
+
+    def verify(self, rule: TallyRule, key: Key, sent: Recheck | None) -> list[Outcome]:
+        """Recount one parent outside a batch (a recheck ``sent`` to it, or the full audit): a
+        counter an aggregator keeps is judged a lag apart, children found through an index a
+        grace apart, any other at once."""
+        observed = sent.observed if sent else None
+        if rule.lag_seconds is not None:
+            return self.verify_aggregated(rule, key, observed)
+        if rule.through is not None:
+            return self.verify_indexed(rule, key, sent)
+        return self.verify_parent(rule, key, None, observed=observed)
 
     def verify_parent(
         self,
@@ -106,7 +123,7 @@ class Counts:
         if snapshot is None or finding is None:
             return [outcome]
         if finding.kind == "orphans":
-            self._looks.judge_orphans(rule, key, finding, observed)
+            self._followups.judge_orphans(rule, key, finding, observed)
             return [outcome]
         if group is not None and lifecycle.emptied(
             rule.orphan_grace_seconds,
@@ -117,7 +134,7 @@ class Counts:
         ):
             # Every child went away and nothing else moved: a deletion that takes the
             # children first and the parent next (a BatchWriteItem is no transaction).
-            self._looks.look_again(rule, key, finding, EMPTIED)
+            self._followups.look_again(rule, key, finding, EMPTIED)
             return [outcome]
         if self.repair(rule, key, snapshot, finding):
             return [outcome]
@@ -125,12 +142,12 @@ class Counts:
         if retry_fence:
             again = self.verify_parent(rule, key, group, retry_fence=False, first_seen=first_seen)
             return [outcome, *again]
-        self._reporter.alert_unrepaired(
+        self._followups.alert(
             finding.with_repair(
                 Repair("failed", "the parent changed during repair twice; a recheck will follow")
             )
         )
-        self._scheduler.schedule(rule, key, 0, "repair fence failed twice")
+        self._followups.schedule(rule, key, 0, "repair fence failed twice")
         return [outcome]
 
     def _judged(
@@ -145,14 +162,14 @@ class Counts:
         there is nothing more to do (the parent never held still and is deferred, or it is
         consistent)."""
         if snapshot is None:
-            self._scheduler.schedule(rule, key, 0, "parent kept changing during recount")
+            self._followups.schedule(rule, key, 0, "parent kept changing during recount")
             return None, Outcome.DEFERRED
         self.report_malformed(rule, key, snapshot.tally)
         finding = self.finding_of(rule, key, snapshot, group, first_seen)
         if finding is not None:
             return finding, Outcome.CHECKED
         if not self._repairer.writes(rule):
-            self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+            self._followups.consistent(rule, key)  # a drift that returns is news
         return None, Outcome.CONSISTENT
 
     def recount(self, rule: TallyRule, key: Key, first_seen: str | None) -> list[Outcome]:
@@ -163,12 +180,12 @@ class Counts:
         """Repair and report the finding; False when the fence failed (nothing written)."""
         never = never_repaired(rule, finding.kind, finding.attribute, finding.revision)
         if never:
-            self._reporter.alert_unrepaired(finding.with_repair(Repair("skipped", never)))
+            self._followups.skip(finding, never)
             return True
         why = "counter set to the settled recount"
         committed = self._repairer.set_counter(rule, finding, why, snapshot.parent, finding.actual)
         if committed:
-            self._reporter.drift_lived(finding)
+            self._followups.repaired(finding)
         return committed is not False
 
     def settled_recount(
@@ -181,7 +198,7 @@ class Counts:
         two settled reads agree. ``confirm=False``: children found through an index are
         counted from the index alone (a look whose finding could not stand yet).
         """
-        settle = self._scheduler.settle
+        settle = self._followups.settle
         agreed: Snapshot | None = None
         for attempt in range(settle.attempts):
             if attempt:
@@ -245,23 +262,9 @@ class Counts:
     def report_malformed(self, rule: TallyRule, key: Key, tally: Tally) -> None:
         """A child whose amount is not a number counts 0: each is a finding of its own, by its
         key, attribute and type (never its value), never repaired."""
-        if not isinstance(rule, SumRule):
-            return
-        for child, kind in tally.unreadable:
-            self._reporter.alert_unrepaired(
-                Finding(
-                    kind="malformed",
-                    rule=rule.name,
-                    table=self._table.name,
-                    key=dict(child),
-                    attribute=rule.summed,
-                    stored=kind,
-                    actual=None,
-                    detail=f"the amount holds {kind}, not a number: the sum of "
-                    f"{_key_text(key)} counts it as 0",
-                    repair=Repair("skipped", "what the amount should be is a human decision"),
-                )
-            )
+        if isinstance(rule, SumRule):
+            for child, kind in tally.unreadable:
+                self._followups.alert(malformed_amount(rule, self._table.name, key, child, kind))
 
     def verify_aggregated(
         self, rule: TallyRule, key: Key, observed: Observed | None
@@ -276,27 +279,25 @@ class Counts:
         snapshot = self._observed_recount(rule, key, observed)
         if snapshot is None:
             reason = "parent kept changing during recount"
-            self._scheduler.schedule(rule, key, 0, reason, observed)
+            self._followups.schedule(rule, key, 0, reason, observed)
             return [Outcome.DEFERRED]
         finding = self.finding_of(rule, key, snapshot, None)
         if finding is None:
-            self._reporter.clear_standing(rule.name, key)  # a drift that returns is news
+            self._followups.consistent(rule, key)  # a drift that returns is news
             return [Outcome.CONSISTENT]
         seen = observation(finding)
         if finding.kind != "invalid_counter" and not lifecycle.same(observed, seen):
-            self._reporter.unconfirmed(finding)
+            self._followups.unconfirmed(finding)
             if observed is None or lifecycle.offset(observed) == lifecycle.offset(seen):
                 # First sight, or the offset held while the parent moved: look a lag later.
                 reason = "aggregated counter off after its lag"
-                self._scheduler.schedule(rule, key, 0, reason, seen)
+                self._followups.schedule(rule, key, 0, reason, seen)
             # Otherwise the offset moved, and the records that moved it bring their rechecks.
             return [Outcome.CHECKED]
         held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
         detail = "; ".join(part for part in (finding.detail, held) if part)
         why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
-        self._reporter.alert_unrepaired(
-            replace(finding, detail=detail).with_repair(Repair("skipped", why))
-        )
+        self._followups.skip(replace(finding, detail=detail), why)
         return [Outcome.CHECKED]
 
     def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None) -> list[Outcome]:
@@ -323,14 +324,14 @@ class Counts:
         if snapshot is None or finding is None:
             return [outcome]
         if finding.kind == "orphans":  # a second look of its own, an orphan grace later
-            self._looks.judge_orphans(rule, key, finding, observed)
+            self._followups.judge_orphans(rule, key, finding, observed)
             return [outcome]
         seen = observation(finding)
         assert rule.through is not None
         grace = rule.through.grace_seconds
         if not lifecycle.held(observed, seen):
-            self._reporter.unconfirmed(finding)
-            self._scheduler.schedule(
+            self._followups.unconfirmed(finding)
+            self._followups.schedule(
                 rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
             )
             return [outcome]
@@ -338,7 +339,7 @@ class Counts:
         finding = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: look again, from what is there then.
-            self._scheduler.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
+            self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
         return [outcome]
 
     def _observed_recount(
@@ -360,7 +361,7 @@ class Counts:
         """Looked at again from ``state``, twice as late each time the parent keeps moving."""
         assert rule.through is not None
         delay = min(rule.through.grace_seconds << min(looks, 10), MAX_DELAY_SECONDS)
-        self._scheduler.schedule(
+        self._followups.schedule(
             rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
         )
 
@@ -389,7 +390,3 @@ class Counts:
 
 def _state(parent: ParentState) -> str:
     return lifecycle.state_of(parent.exists, parent.counter, parent.revision)
-
-
-def _key_text(key: Key) -> str:
-    return "/".join(str(v) for v in key.values())

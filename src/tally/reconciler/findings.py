@@ -19,6 +19,7 @@ from boto3.dynamodb.types import Binary
 from tally.core.numbers import NULL, subtract
 from tally.core.timefmt import epoch_iso, iso, now_iso
 from tally.reconciler.protocol.judgement import Kind
+from tally.rules import Key, SumRule
 
 RepairStatus = Literal["applied", "skipped", "failed", "dry_run", "disabled"]
 Severity = Literal["info", "warning", "critical"]
@@ -193,6 +194,23 @@ class Finding:
         repair = self.repair.status if self.repair else "skipped"
         values = {"kind": self.kind, "rule": self.rule, "severity": self.severity, "repair": repair}
         return {name: {"DataType": "String", "StringValue": v} for name, v in values.items()}
+
+
+def malformed_amount(rule: SumRule, table: str, parent: Key, child: Key, held: str) -> Finding:
+    """A child of a sum rule whose amount holds ``held`` (a type), not a number: it counts 0.
+    Named by its key, attribute and type, never its value; never repaired."""
+    parent_text = "/".join(str(v) for v in parent.values())
+    return Finding(
+        kind="malformed",
+        rule=rule.name,
+        table=table,
+        key=dict(child),
+        attribute=rule.summed,
+        stored=held,
+        actual=None,
+        detail=f"the amount holds {held}, not a number: the sum of {parent_text} counts it as 0",
+        repair=Repair("skipped", "what the amount should be is a human decision"),
+    )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 from tally.reconciler.carry_book import CarryBook
 from tally.reconciler.changes import Group
 from tally.reconciler.counts import Counts
-from tally.reconciler.scheduling import Scheduler
 from tally.reconciler.sequences import Sequences
 from tally.reconciler.stats import Outcome
 from tally.rules import CountRule, SequenceRule, SumRule
@@ -22,14 +21,12 @@ class GroupVerifier:
         counts: Counts,
         sequences: Sequences,
         carries: CarryBook,
-        scheduler: Scheduler,
         *,
         carrying: bool = True,
     ):
         self._counts = counts
         self._sequences = sequences
         self._carries = carries
-        self._scheduler = scheduler
         self.carrying = carrying
 
     def proves_itself(self, group: Group) -> bool:
@@ -59,23 +56,7 @@ class GroupVerifier:
         if isinstance(rule, SequenceRule):
             self._sequences.verify_group(rule, group)
             return [*outcomes, Outcome.LEFT]
-        if rule.lag_seconds is not None:
-            # Not judged yet: the aggregator may still be adding this batch's deltas.
-            reason = "aggregated counter unbalanced"
-            self._scheduler.schedule(rule, group.parent_key, 0, reason)
-            return [*outcomes, Outcome.LEFT]
-        if rule.through is not None:
-            # Child and counter sit in different item collections, on shards with no order
-            # between them: no carry. The index may not show this batch's writes yet.
-            reason = "children found through an index unbalanced"
-            self._scheduler.schedule(
-                rule,
-                group.parent_key,
-                0,
-                reason,
-                delay=rule.through.grace_seconds,
-                reference=group.parent_state,
-            )
+        if self._counts.left_to_recheck(rule, group):
             return [*outcomes, Outcome.LEFT]
         first = None
         if group.carriable and self.carrying:

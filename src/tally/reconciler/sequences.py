@@ -15,6 +15,7 @@ from tally.core.numbers import counter_problem
 from tally.reconciler.audit_watermarks import AuditWatermarks
 from tally.reconciler.changes import Group
 from tally.reconciler.findings import Finding, Repair, shown
+from tally.reconciler.followups import Followups
 from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.member_reads import MemberReads
 from tally.reconciler.protocol import gaps
@@ -22,9 +23,6 @@ from tally.reconciler.protocol.judgement import Kind, ParentState, valid_revisio
 from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.repairer import Repairer
-from tally.reconciler.reporter import Reporter
-from tally.reconciler.scheduling import Scheduler
-from tally.reconciler.second_looks import SecondLooks
 from tally.reconciler.stats import Outcome
 from tally.rules import AttributeMembers, Key, SequenceRule
 
@@ -42,17 +40,13 @@ class Sequences:
         table: MemberReads,
         store: AuditWatermarks,
         repairer: Repairer,
-        reporter: Reporter,
-        looks: SecondLooks,
-        scheduler: Scheduler,
+        followups: Followups,
         ledger: MemberLedger | None = None,
     ):
         self._table = table
         self._store = store
         self._repairer = repairer
-        self._reporter = reporter
-        self._looks = looks
-        self._scheduler = scheduler
+        self._followups = followups
         self._ledger = ledger
         self._ledger_lock = threading.Lock()
 
@@ -88,12 +82,12 @@ class Sequences:
         # Numbers that went away with their counter item are no gaps: if the key is used
         # again before the recheck, they are the new counter's to hand out.
         horizon = 0 if group.parent_removed else max(group.horizon, group.highest_given_up)
-        self._scheduler.schedule(rule, group.parent_key, horizon, "unbalanced")
+        self._followups.schedule(rule, group.parent_key, horizon, "unbalanced")
 
     def report_decreases(self, rule: SequenceRule, group: Group) -> None:
         """A sequence never goes backwards: a decrease is a finding now, even if healed later."""
         for evidence in group.decreases:
-            self._reporter.alert_unrepaired(
+            self._followups.alert(
                 self._finding(
                     rule,
                     group.parent_key,
@@ -182,7 +176,7 @@ class Sequences:
             actual=Decimal(max(remaining)[0]),
             detail=f"the counter item does not exist; {count} members remain",
         )
-        self._looks.judge_orphans(rule, key, finding, recheck.observed, recheck.counter_seen)
+        self._followups.judge_orphans(rule, key, finding, recheck.observed, recheck.counter_seen)
         return None, Outcome.CHECKED
 
     def member_numbers(
@@ -236,7 +230,7 @@ class Sequences:
         )
         if not valid:
             why = "the counter holds no number: a repair writes only over a number it judged"
-            self._reporter.alert_unrepaired(finding.with_repair(Repair("skipped", why)))
+            self._followups.skip(finding, why)
             return 1
         if rule.revision and not valid_revision(counter.revision):
             revision = replace(
@@ -247,19 +241,19 @@ class Sequences:
                 revision=None,
             )
             why = never_repaired(rule, revision.kind, revision.attribute, revision.revision)
-            self._reporter.alert_unrepaired(revision.with_repair(Repair("skipped", why)))
+            self._followups.skip(revision, why)
             return 1
         why = "counter raised to the highest member"
         if self._repairer.set_counter(rule, finding, why, counter, Decimal(highest)) is not False:
             return 1
         # The counter moved (a writer caught up): look again, over the same horizon.
-        self._scheduler.schedule(rule, key, recheck.counter_seen, "counter moved during repair")
+        self._followups.schedule(rule, key, recheck.counter_seen, "counter moved during repair")
         return 0
 
     def report_duplicates(self, rule: SequenceRule, key: Key, held: Counter[int]) -> int:
         duplicated = gaps.duplicates(held)
         for number, count in duplicated:
-            self._reporter.alert_unrepaired(
+            self._followups.alert(
                 self._finding(
                     rule,
                     key,
@@ -301,7 +295,7 @@ class Sequences:
         )
         if high - low + 1 > MAX_VOIDS_PER_GAP:
             why = f"{high - low + 1} numbers missing: too many to void; look at the counter"
-            self._reporter.alert_unrepaired(
+            self._followups.alert(
                 replace(base, through=rule.shown_number(high), repair=Repair("skipped", why))
             )
             return 1

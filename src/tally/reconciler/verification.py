@@ -3,7 +3,8 @@
 The protocol's steps, in docs/verification.md's order, live in modules of their own:
 ``groups`` (step 1, the fast path), ``carry_book`` (1b), ``counts`` (2), ``repairer`` (3),
 ``sequences`` (4) and ``reporter`` (5); ``batches`` runs a batch's item collections,
-``scheduling`` puts rechecks on the queue, ``second_looks`` judges parents that are gone.
+``scheduling`` puts rechecks on the queue, ``followups`` hands a judgement to the reporter
+and the scheduler.
 Their decisions are ``protocol``'s, functions of values.
 """
 
@@ -18,6 +19,7 @@ from tally.reconciler.batches import CollectionRunner, Deadline, confirm_own_wri
 from tally.reconciler.carry_book import CarryBook, CarryId
 from tally.reconciler.counts import Counts
 from tally.reconciler.findings import Finding, Off
+from tally.reconciler.followups import Followups
 from tally.reconciler.grouping import group_records
 from tally.reconciler.groups import GroupVerifier
 from tally.reconciler.ledger import MemberLedger
@@ -27,7 +29,6 @@ from tally.reconciler.repairer import Repairer
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import Scheduler, Settle
-from tally.reconciler.second_looks import SecondLooks
 from tally.reconciler.sequences import Sequences
 from tally.reconciler.stats import Stats, StatsBook
 from tally.reconciler.table import TallyTable
@@ -71,14 +72,12 @@ class Reconciler:
         reporter = self._reporter = Reporter(
             store, alerts, book, alerting=alerting, remind_seconds=remind_seconds
         )
-        looks = SecondLooks(reporter, scheduler)
+        followups = Followups(reporter, scheduler)
         repairer = Repairer(table, store, policy, reporter)
-        counts = self._counts = Counts(table, repairer, reporter, looks, scheduler)
-        sequences = self._sequences = Sequences(
-            table, store, repairer, reporter, looks, scheduler, ledger
-        )
+        counts = self._counts = Counts(table, repairer, followups)
+        sequences = self._sequences = Sequences(table, store, repairer, followups, ledger)
         carries = self._carries = CarryBook(store, scheduler, open_carries)
-        self._groups = GroupVerifier(counts, sequences, carries, scheduler, carrying=carrying)
+        self._groups = GroupVerifier(counts, sequences, carries, carrying=carrying)
         self._runner = CollectionRunner(book, concurrency)
 
     # --- modes and outcomes, read-only ---------------------------------------------------
@@ -146,18 +145,14 @@ class Reconciler:
         key = dict(recheck.key)
         if isinstance(rule, SequenceRule):
             outcomes = self._sequences.recheck(rule, recheck)
-        elif rule.lag_seconds is not None:
-            # Never carried; a carry recheck left from before the lag was set is judged too.
-            outcomes = self._counts.verify_aggregated(rule, key, recheck.observed)
-        elif rule.through is not None:
-            outcomes = self._counts.verify_indexed(rule, key, recheck)
-        elif recheck.carry_since:
+        elif recheck.carry_since and rule.lag_seconds is None and rule.through is None:
             since, through = recheck.carry_since, recheck.carry_through
             outcomes = self._carries.recheck(rule, key, since, through, self._counts.recount)
             if not outcomes:
                 return  # nothing left to recount: no read beyond the carry's
         else:
-            outcomes = self._counts.verify_parent(rule, key, None, observed=recheck.observed)
+            # A carry recheck left from before a lag or an index was set is judged as such.
+            outcomes = self._counts.verify(rule, key, recheck)
         self.stats.count(outcomes)
         self.flush_alerts()
 
@@ -166,13 +161,7 @@ class Reconciler:
     def audit_parent(self, rule: CountRule | SumRule, key: Key) -> None:
         """Recount one parent as its stream batch would (an aggregated one: a lag later; one
         whose children are found through an index: confirmed a grace later)."""
-        if rule.lag_seconds is not None:
-            outcomes = self._counts.verify_aggregated(rule, key, None)
-        elif rule.through is not None:
-            outcomes = self._counts.verify_indexed(rule, key, None)
-        else:
-            outcomes = self._counts.verify_parent(rule, key, None)
-        self.stats.count(outcomes)
+        self.stats.count(self._counts.verify(rule, key, None))
 
     def schedule_recheck(
         self, rule: CountRule | SumRule | SequenceRule, key: Key, counter_seen: int, reason: str
