@@ -49,7 +49,7 @@ $(ASL_VALIDATOR):
 	npm install --prefix .cache/npm --no-save --no-package-lock --no-audit --no-fund asl-validator@4.0.0
 
 asl: $(STAMP) $(ASL_VALIDATOR)
-	TALLY_REQUIRE_ASL_VALIDATOR=1 $(PY) -m pytest tests/unit/test_state_machine.py -q
+	TALLY_REQUIRE_ASL_VALIDATOR=1 $(PY) -m pytest tests/unit/template/test_state_machine.py -q
 
 # template.yaml expanded as `sam deploy` expands it and created with moto's CloudFormation, on
 # the example table and on an existing one; what moto can answer is read back and compared with

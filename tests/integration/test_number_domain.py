@@ -25,7 +25,7 @@ from tally.reconciler.repairs import RepairPolicy
 from tally.rules import load_rules
 from tally.rules.live_table import describe, sample
 from tests.integration.conftest import Stack
-from tests.unit.test_numbers import MISSING, Parent, parents, ref_storable, ref_sum
+from tests.unit.core.test_numbers import MISSING, Parent, parents, ref_storable, ref_sum
 
 NUMBERS_RULES = Path(__file__).with_name("numbers_rules.toml")
 RULES = load_rules(NUMBERS_RULES)

@@ -23,7 +23,7 @@ from tally.rules.live_table import TableShape, schema_problems
 from tests.harness.index_tables import FOLLOWERS
 from tests.harness.index_tables import gsi as index
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SPENT: dict[str, Any] = {
     "name": "spent",

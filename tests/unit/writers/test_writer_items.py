@@ -18,7 +18,7 @@ from tally.writers.idempotency import Guards, fingerprint
 from tally.writers.reserved import reserved_attributes
 from tally.writers.tallies import in_domain
 
-RULES_FILE = Path(__file__).parents[1] / "integration" / "rules.toml"
+RULES_FILE = Path(__file__).parents[2] / "integration" / "rules.toml"
 
 
 @pytest.mark.parametrize(

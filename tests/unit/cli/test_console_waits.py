@@ -60,7 +60,7 @@ def test_a_wait_under_a_progress_bar_counts_down_below_it(
 
 
 def test_make_install_says_what_it_does(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     planned = subprocess.run(
         ["make", "-n", "install", f"VENV={tmp_path / 'venv'}"],
         cwd=root,

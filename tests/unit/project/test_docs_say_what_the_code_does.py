@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tally.writers.idempotency import WINDOW_SECONDS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tally.rules import CountRule, RuleSet, RulesFileError, SequenceRule, load_rules, parse_rules
 from tally.rules.key_patterns import Pattern
 
-SRC_RULES = Path(__file__).resolve().parents[2] / "src" / "rules.toml"
+SRC_RULES = Path(__file__).resolve().parents[3] / "src" / "rules.toml"
 
 
 def likes(**overrides: Any) -> dict[str, Any]:
@@ -340,7 +340,7 @@ def test_overlaps_is_symmetric(a: str, b: str) -> None:
     assert first.overlaps(second) == second.overlaps(first)
 
 
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[3]
 _RULE_FILES = sorted(
     [_ROOT / "src" / "rules.toml", *(_ROOT / "examples" / "adopting").glob("*/rules.toml")]
 )

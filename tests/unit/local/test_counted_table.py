@@ -10,7 +10,7 @@ import pytest
 
 from tally.local.stack import LocalStackError, counted_table
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "adopting"
 SOCIAL_RULES = EXAMPLES / "social" / "rules.toml"
 ORDERS_RULES = EXAMPLES / "orders" / "rules.toml"
 

@@ -246,7 +246,7 @@ def test_candidates_are_exactly_what_is_wrong_or_inexact(
 
 # --- one text: Athena's, checked against its DDL, transpiled for DuckDB ----------------------
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RULE_FILES = [DEFAULT_RULES_FILE, *sorted((ROOT / "examples" / "adopting").glob("*/rules.toml"))]
 DESCRIPTION = ExportDescription(
     ExportArn="arn:aws:dynamodb:us-east-1:123456789012:table/Tally/export/01234-abcd",

@@ -32,7 +32,7 @@ from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules, parse_rules
 from tests.utils import stream_record
 
-RULES_FILE = Path(__file__).parents[1] / "integration" / "rules.toml"
+RULES_FILE = Path(__file__).parents[2] / "integration" / "rules.toml"
 RULES = load_rules(RULES_FILE)
 MAIN, AUDIT = "main", "audit"
 POST = {"PK": "POST#a91f", "SK": "META"}

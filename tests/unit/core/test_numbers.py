@@ -43,7 +43,7 @@ from tally.rules import load_rules
 from tally.writers.errors import InvalidCounterError
 from tests.utils import write_aws_export
 
-RULES = load_rules(Path(__file__).parents[1] / "integration" / "numbers_rules.toml")
+RULES = load_rules(Path(__file__).parents[2] / "integration" / "numbers_rules.toml")
 LEDGER, LIKES = RULES["ledger"], RULES["likes"]
 MISSING = None  # an attribute the item does not have
 

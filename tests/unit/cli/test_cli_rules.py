@@ -20,7 +20,7 @@ from tally.local.template import create_table_from, create_table_kwargs, load_te
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.rules.stream_filter import filter_json
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "adopting"
 ORDERS = EXAMPLES / "orders" / "rules.toml"
 SOCIAL = EXAMPLES / "social" / "rules.toml"
 

@@ -15,7 +15,7 @@ from tally.local.examples import EXAMPLES
 from tally.local.template import create_table_from, create_table_kwargs, load_template
 from tally.rules import load_rules
 
-FOLLOWERS = Path(__file__).resolve().parents[2] / "examples" / "adopting" / "followers"
+FOLLOWERS = Path(__file__).resolve().parents[3] / "examples" / "adopting" / "followers"
 
 
 def counts(client: Any) -> tuple[dict[str, Any], Counter[str]]:

@@ -20,7 +20,7 @@ from tally.reconciler.grouping import group_records
 from tally.rules import load_rules
 from tests.utils import stream_record
 
-RULES = load_rules(Path(__file__).parents[1] / "integration" / "index_rules.toml")
+RULES = load_rules(Path(__file__).parents[2] / "integration" / "index_rules.toml")
 USERS = ["ann", "bob", "cy"]
 STATUSES = ["FOLLOWING#", "BLOCKED#", None]  # None: no index key (sparse)
 

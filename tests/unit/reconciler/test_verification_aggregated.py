@@ -10,13 +10,13 @@ from tally.reconciler.full_audit import full_audit
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.verification import Reconciler
 from tally.rules import load_rules
-from tests.unit import test_verification
-from tests.unit.test_verification import Rig
+from tests.unit.reconciler import test_verification
+from tests.unit.reconciler.test_verification import Rig
 from tests.utils import stream_record
 
 rig = test_verification.rig  # the same moto tables, topic and queues
 
-RULES = load_rules(Path(__file__).parents[2] / "examples" / "adopting" / "carts" / "rules.toml")
+RULES = load_rules(Path(__file__).parents[3] / "examples" / "adopting" / "carts" / "rules.toml")
 CART = {"PK": "CART#1", "SK": "TOTAL"}
 LAG = 90
 

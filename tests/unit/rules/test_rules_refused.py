@@ -13,7 +13,7 @@ from tally.cli import app as cli
 from tally.local.functions import cold_start, function
 from tally.local.template import load_template, template_path
 from tally.rules import MAX_NAME_LENGTH, RulesFileError, load_rules, parse_rules
-from tests.unit.test_rules import as_toml, issues, likes
+from tests.unit.rules.test_rules import as_toml, issues, likes
 
 
 def refusal(document: dict[str, Any]) -> list[str]:

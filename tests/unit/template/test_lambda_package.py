@@ -11,7 +11,7 @@ import pytest
 
 from tally.local.functions import functions
 from tally.local.template import load_template, template_path
-from tests.unit.test_floors import FLOORS, MODULES, floor
+from tests.unit.project.test_floors import FLOORS, MODULES, floor
 
 TEMPLATE = load_template(template_path())
 SOURCE = template_path().parent / "src"

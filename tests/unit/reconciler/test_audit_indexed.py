@@ -31,7 +31,7 @@ from tally.reconciler.candidates import Candidate, parse_candidate
 from tally.reconciler.unindexed import finding, index_key_types, unindexed
 from tally.rules import CountRule, SumRule, parse_rules
 from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
-from tests.unit.test_audit_sql import DESCRIPTION, item, n, s
+from tests.unit.reconciler.test_audit_sql import DESCRIPTION, item, n, s
 from tests.utils import write_aws_export
 
 RULES = parse_rules(

@@ -20,7 +20,7 @@ from tally.local import stack as local_stack
 from tally.local.template import template_path
 
 EVENT = str(template_path().parent / "events" / "ReconcilerFunction" / "like_added.json")
-SRC_RULES = Path(__file__).resolve().parents[2] / "src" / "rules.toml"
+SRC_RULES = Path(__file__).resolve().parents[3] / "src" / "rules.toml"
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,8 @@ from tally.cli import app as cli
 from tally.cli import local_commands
 from tally.local import stack as local_stack
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
-ROOT_TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "adopting"
+ROOT_TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
 
 
 @pytest.fixture(autouse=True)

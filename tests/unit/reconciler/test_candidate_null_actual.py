@@ -12,7 +12,7 @@ from pathlib import Path
 from tally.reconciler.candidates import parse_candidate
 from tally.rules import load_rules
 
-RULES = load_rules(Path(__file__).resolve().parents[2] / "src" / "rules.toml")
+RULES = load_rules(Path(__file__).resolve().parents[3] / "src" / "rules.toml")
 
 
 def test_an_empty_actual_is_null_like_every_other_empty_field() -> None:

@@ -24,7 +24,7 @@ import pytest
 
 from tally.local.template import load_template, template_path
 
-VALIDATOR = Path(__file__).resolve().parents[2] / ".cache/npm/node_modules/.bin/asl-validator"
+VALIDATOR = Path(__file__).resolve().parents[3] / ".cache/npm/node_modules/.bin/asl-validator"
 PLACEHOLDER = re.compile(r"\$\{([^}]+)\}")
 INTEGRATION = re.compile(
     r"^arn:aws:states:::[a-z0-9-]+(:[A-Za-z0-9]+)+(\.sync|\.waitForTaskToken)?$"

@@ -14,7 +14,7 @@ from tally.reconciler.stream_images import TTL_PRINCIPAL
 from tally.rules import REPAIR_MARKER, load_rules
 from tests.utils import stream_record
 
-RULES = load_rules(Path(__file__).parents[1] / "integration" / "rules.toml")
+RULES = load_rules(Path(__file__).parents[2] / "integration" / "rules.toml")
 POST = {"PK": "POST#a91f", "SK": "META"}
 ORDER = {"PK": "ORDER#17", "SK": "META"}
 PROJECT = {"PK": "PROJECT#p1", "SK": "COUNTER#ISSUE"}
