@@ -196,21 +196,23 @@ class Finding:
         return {name: {"DataType": "String", "StringValue": v} for name, v in values.items()}
 
 
-def malformed_amount(rule: SumRule, table: str, parent: Key, child: Key, held: str) -> Finding:
-    """A child of a sum rule whose amount holds ``held`` (a type), not a number: it counts 0.
-    Named by its key, attribute and type, never its value; never repaired."""
-    parent_text = "/".join(str(v) for v in parent.values())
+def child_finding(
+    kind: Kind, rule: str, table: str, child: Key, attribute: str, held: Any, detail: str, why: str
+) -> Finding:
+    """A finding on one child item, by its key, the attribute and the type it holds (never its
+    value); never repaired (``why``)."""
+    repair = Repair("skipped", why)
     return Finding(
-        kind="malformed",
-        rule=rule.name,
-        table=table,
-        key=dict(child),
-        attribute=rule.summed,
-        stored=held,
-        actual=None,
-        detail=f"the amount holds {held}, not a number: the sum of {parent_text} counts it as 0",
-        repair=Repair("skipped", "what the amount should be is a human decision"),
+        kind, rule, table, dict(child), attribute, held, None, detail=detail, repair=repair
     )
+
+
+def malformed_amount(rule: SumRule, table: str, parent: Key, child: Key, held: str) -> Finding:
+    """A child of a sum rule whose amount holds ``held`` (a type), not a number: it counts 0."""
+    parent_text = "/".join(str(v) for v in parent.values())
+    detail = f"the amount holds {held}, not a number: the sum of {parent_text} counts it as 0"
+    why = "what the amount should be is a human decision"
+    return child_finding("malformed", rule.name, table, child, rule.summed, held, detail, why)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from tally.core.numbers import add, subtract
 from tally.reconciler.changes import (
@@ -123,50 +123,48 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
             group.unreadable += 1
             continue
         try:
-            _fold_match(group, match, record, event, keys, before, after, sequence_number, at)
+            _fold_match(
+                group, match, _Seen(record, event, keys, before, after, sequence_number, at)
+            )
         except Exception:
             # A value no writer could have stored (NaN, 39 digits...): let the table decide.
             group.unreadable += 1
 
 
-def _fold_match(
-    group: Group,
-    match: Match,
-    record: Mapping[str, Any],
-    event: str,
-    keys: Key,
-    old: Mapping[str, Any],
-    new: Mapping[str, Any],
-    sequence_number: str,
-    at: Any,
-) -> None:
+class _Seen(NamedTuple):
+    """One readable record as one group sees it (the images that name its parent)."""
+
+    record: Mapping[str, Any]
+    event: str
+    keys: Key
+    old: Mapping[str, Any]
+    new: Mapping[str, Any]
+    sequence_number: str
+    at: Any
+
+
+def _fold_match(group: Group, match: Match, seen: _Seen) -> None:
     if match.role == "parent":
-        _fold_parent(group, event, keys, old, new, sequence_number, at)
+        _fold_parent(group, seen)
     elif match.role == "child":
-        _fold_child(group, record, keys, old, new, sequence_number, at)
+        _fold_child(group, seen)
     elif match.role == "indexed":
-        _fold_child(group, record, keys, old, new, sequence_number, at, by_image=True)
+        _fold_child(group, seen, by_image=True)
     else:
+        keys = seen.keys
         number = (
-            member_number(match.rule, keys, old),
-            member_number(match.rule, keys, new),
+            member_number(match.rule, keys, seen.old),
+            member_number(match.rule, keys, seen.new),
         )
-        _fold_member(group, event, keys, number, sequence_number, at)
+        _fold_member(group, seen, number)
         rule = match.rule
         ledgered = isinstance(rule, SequenceRule) and isinstance(rule.members, AttributeMembers)
         if ledgered and number[0] != number[1]:
-            group.ledger.append(LedgerChange(keys, *number, sequence_number))
+            group.ledger.append(LedgerChange(keys, *number, seen.sequence_number))
 
 
-def _fold_parent(
-    group: Group,
-    event: str,
-    keys: Key,
-    old: Mapping[str, Any],
-    new: Mapping[str, Any],
-    sequence_number: str,
-    at: Any,
-) -> None:
+def _fold_parent(group: Group, seen: _Seen) -> None:
+    _, event, keys, old, new, sequence_number, at = seen
     rule = group.rule
     before, after = attr(old, rule.counter), attr(new, rule.counter)
     if getattr(rule, "through", None) is not None:
@@ -208,21 +206,11 @@ def _state_after(rule: AnyRule, event: str, counter: Any, new: Mapping[str, Any]
     )
 
 
-def _fold_child(
-    group: Group,
-    record: Mapping[str, Any],
-    keys: Key,
-    old: Mapping[str, Any],
-    new: Mapping[str, Any],
-    sequence_number: str,
-    at: Any,
-    *,
-    by_image: bool = False,
-) -> None:
+def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
     """``by_image``: a count is told by the images (a child found through an index counts
     while an image names the group's parent), not by the event."""
+    record, event, keys, old, new, sequence_number, at = seen
     rule = group.rule
-    event = record["eventName"]
     if isinstance(rule, SumRule):
         before, after = amount(old, rule.summed), amount(new, rule.summed)
         for value, image in ((before, old), (after, new)):
@@ -260,18 +248,12 @@ def _named_by(rule: AnyRule, rules: RuleSet, image: Mapping[str, Any]) -> Key | 
     return rule.indexed_parent(present, rules.table)
 
 
-def _fold_member(
-    group: Group,
-    event: str,
-    keys: Key,
-    numbers: tuple[int | None, int | None],
-    sequence_number: str,
-    at: Any,
-) -> None:
+def _fold_member(group: Group, seen: _Seen, numbers: tuple[int | None, int | None]) -> None:
     before, after = numbers
     if before == after:
         return
-    group.evidence.append(Evidence(sequence_number, event, keys, before, after, at))
+    evidence = Evidence(seen.sequence_number, seen.event, seen.keys, before, after, seen.at)
+    group.evidence.append(evidence)
     if before is not None:
         group.members_removed += 1
         group.lowest_given_up = min(before, group.lowest_given_up or before)

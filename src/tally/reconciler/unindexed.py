@@ -19,7 +19,7 @@ from typing import Any
 
 from tally.core.dynamodb import deserialize, serialize
 from tally.core.numbers import type_name
-from tally.reconciler.findings import Finding, Repair
+from tally.reconciler.findings import Finding, child_finding
 from tally.rules import CountRule, IndexChildren, Key, SumRule, TableKeys
 from tally.rules.key_patterns import checks_pass
 
@@ -87,18 +87,12 @@ def finding(rule: TallyRule, table: str, key: Key, why: Unindexed) -> Finding:
         state = f"{why.attribute} is an empty {why.held}"
     else:
         state = f"{why.attribute} holds {why.held}"
-    return Finding(
-        kind="unindexed",
-        rule=rule.name,
-        table=table,
-        key=dict(key),
-        attribute=why.attribute,
-        stored=why.held,
-        actual=None,
-        detail=f"keyed as a child, but index {through.index!r} cannot hold it ({state}; the "
-        f"index key takes {holds}): it counts for no parent",
-        repair=Repair("skipped", WHY_NOT_REPAIRED),
+    detail = (
+        f"keyed as a child, but index {through.index!r} cannot hold it ({state}; the "
+        f"index key takes {holds}): it counts for no parent"
     )
+    attribute, held, never = why.attribute, why.held, WHY_NOT_REPAIRED
+    return child_finding("unindexed", rule.name, table, key, attribute, held, detail, never)
 
 
 def read_unindexed(
