@@ -39,7 +39,6 @@ class Scheduler:
         queue: RecheckQueue,
         store: AuditWatermarks,
         stats: StatsBook,
-        *,
         settle: Settle,
         carry_seconds: int,
     ):

@@ -1,11 +1,10 @@
 """The reconciler's one door for handlers, rechecks, the full audit, replay and the local pump.
 
 The protocol's steps, in docs/verification.md's order, live in modules of their own:
-``groups`` (step 1, the fast path), ``carry_book`` (1b), ``counts`` (2), ``repairer`` (3),
-``sequences`` (4) and ``reporter`` (5); ``batches`` runs a batch's item collections,
-``scheduling`` puts rechecks on the queue, ``followups`` hands a judgement to the reporter
-and the scheduler.
-Their decisions are ``protocol``'s, functions of values.
+``groups`` (1), ``carry_book`` (1b), ``counts`` (2), ``followups`` (parents that are gone),
+``repairer`` (3), ``sequences`` (4), ``reporter`` (5) and ``batches`` (item collections at
+once); their decisions are ``protocol``'s, functions of values. They return what they came
+to (``stats.Outcome``), counted here and by the runner.
 """
 
 from __future__ import annotations
@@ -66,9 +65,7 @@ class Reconciler:
         self._queue, self._policy = rechecks, policy
         book = self._book = StatsBook()
         settle = settle or Settle()
-        scheduler = self._scheduler = Scheduler(
-            rechecks, store, book, settle=settle, carry_seconds=carry_seconds
-        )
+        scheduler = self._scheduler = Scheduler(rechecks, store, book, settle, carry_seconds)
         reporter = self._reporter = Reporter(
             store, alerts, book, alerting=alerting, remind_seconds=remind_seconds
         )
@@ -126,9 +123,8 @@ class Reconciler:
         stats.records += batch.records
         stats.skipped += batch.skipped
         stats.malformed += len(batch.malformed)
-        confirm_own_writes(
-            batch, self.rules, self.store, self._book, deadline, self._runner.concurrency
-        )
+        concurrency = self._runner.concurrency
+        confirm_own_writes(batch, self.rules, self.store, self._book, deadline, concurrency)
         collections = item_collections(
             (g for g in batch.groups.values() if g.rule.repair != "off"),
             self.rules.table.partition_key,
