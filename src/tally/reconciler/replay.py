@@ -23,7 +23,7 @@ def replay(say: Callable[[str], None] = lambda _: None) -> dict[str, int]:
     queue = settings().require("stream_failure_queue_url")
     sqs, streams = client("sqs"), client("dynamodbstreams")
     # Later batches may have carried past these records: each group is recounted instead.
-    checker = runtime.reconciler(carrying=False)
+    reconciler = runtime.reconciler(carrying=False)
     outcome = {"messages": 0, "records": 0, "aged_out": 0, "failed": 0}
     for message in _messages(sqs, queue):
         outcome["messages"] += 1
@@ -33,7 +33,7 @@ def replay(say: Callable[[str], None] = lambda _: None) -> dict[str, int]:
             outcome["aged_out"] += 1
             start = f"{info['shardId']} {info['startSequenceNumber']}"
             say(f"replay: {start}.. aged out of the stream: run `tally audit`")
-        elif checker.verify_batch(records):
+        elif reconciler.verify_batch(records):
             outcome["failed"] += 1
             say(f"replay: {info['shardId']} {info['startSequenceNumber']}.. failed again, kept")
             continue

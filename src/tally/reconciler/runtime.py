@@ -77,10 +77,10 @@ def reconciler(
     )
 
 
-def emit_metrics(checker: Reconciler) -> None:
+def emit_metrics(verified: Reconciler) -> None:
     """The invocation's numbers as EMF metrics (flushed by the handler's log_metrics)."""
-    stats: Stats = checker.stats
-    reads = checker.table.reads
+    stats: Stats = verified.stats
+    reads = verified.table.reads
     count = MetricUnit.Count
     for name, value in (
         ("RecordsSeen", stats.records),
@@ -99,7 +99,7 @@ def emit_metrics(checker: Reconciler) -> None:
     ):
         metrics.add_metric(name=name, unit=count, value=value)
     metrics.add_metric(name="RecountCapacity", unit=count, value=float(reads.capacity))
-    metrics.add_metric(name="CarryCapacity", unit=count, value=float(checker.store.carry_units))
+    metrics.add_metric(name="CarryCapacity", unit=count, value=float(verified.store.carry_units))
     if stats.checked:
         share = 100 * stats.consistent / stats.checked
         metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)
