@@ -41,13 +41,12 @@ class Sequences:
         store: AuditWatermarks,
         repairer: Repairer,
         followups: Followups,
-        ledger: MemberLedger | None = None,
     ):
         self._table = table
         self._store = store
         self._repairer = repairer
         self._followups = followups
-        self._ledger = ledger
+        self._ledger: MemberLedger | None = None
         self._ledger_lock = threading.Lock()
 
     def _finding(self, rule: SequenceRule, key: Key, kind: Kind, **fields: Any) -> Finding:

@@ -21,7 +21,6 @@ from tally.reconciler.findings import Finding, Off
 from tally.reconciler.followups import Followups
 from tally.reconciler.grouping import group_records
 from tally.reconciler.groups import GroupVerifier
-from tally.reconciler.ledger import MemberLedger
 from tally.reconciler.protocol.batching import item_collections
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.repairer import Repairer
@@ -54,7 +53,6 @@ class Reconciler:
         policy: RepairPolicy,
         settle: Settle | None = None,
         remind_seconds: int = 0,
-        ledger: MemberLedger | None = None,
         carry_seconds: int = 5,
         open_carries: set[CarryId] | None = None,
         carrying: bool = True,
@@ -72,7 +70,7 @@ class Reconciler:
         followups = Followups(reporter, scheduler)
         repairer = Repairer(table, store, policy, reporter)
         counts = self._counts = Counts(table, repairer, followups)
-        sequences = self._sequences = Sequences(table, store, repairer, followups, ledger)
+        sequences = self._sequences = Sequences(table, store, repairer, followups)
         carries = self._carries = CarryBook(store, scheduler, open_carries)
         self._groups = GroupVerifier(counts, sequences, carries, carrying=carrying)
         self._runner = CollectionRunner(book, concurrency)
