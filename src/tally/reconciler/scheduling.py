@@ -42,11 +42,8 @@ class Scheduler:
         settle: Settle,
         carry_seconds: int,
     ):
-        self._queue = queue
-        self._store = store
-        self._stats = stats
-        self.settle = settle
-        self.carry_seconds = carry_seconds
+        self._queue, self._store, self._stats = queue, store, stats
+        self.settle, self.carry_seconds = settle, carry_seconds  # how long a recheck waits
         # Set by an inline full audit: second looks for a cascade wait in the audit.
         self.held: list[tuple[Recheck, int]] | None = None
 
