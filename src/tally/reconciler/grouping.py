@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 from tally.core.numbers import add, subtract
 from tally.reconciler.changes import (
@@ -123,24 +123,15 @@ def fold_record(batch: Batch, record: Any, rules: RuleSet, *, claimed: bool = Fa
             group.unreadable += 1
             continue
         try:
-            _fold_match(
-                group, match, _Seen(record, event, keys, before, after, sequence_number, at)
-            )
+            _fold_match(group, match, (record, event, keys, before, after, sequence_number, at))
         except Exception:
             # A value no writer could have stored (NaN, 39 digits...): let the table decide.
             group.unreadable += 1
 
 
-class _Seen(NamedTuple):
-    """One readable record as one group sees it (the images that name its parent)."""
-
-    record: Mapping[str, Any]
-    event: str
-    keys: Key
-    old: Mapping[str, Any]
-    new: Mapping[str, Any]
-    sequence_number: str
-    at: Any
+# One readable record as one group sees it (the images that name its parent): record, event,
+# keys, old image, new image, sequence number, stream time. A plain tuple: made per record.
+_Seen = tuple[Mapping[str, Any], str, Key, Mapping[str, Any], Mapping[str, Any], str, Any]
 
 
 def _fold_match(group: Group, match: Match, seen: _Seen) -> None:
@@ -151,16 +142,16 @@ def _fold_match(group: Group, match: Match, seen: _Seen) -> None:
     elif match.role == "indexed":
         _fold_child(group, seen, by_image=True)
     else:
-        keys = seen.keys
+        _, _, keys, old, new, sequence_number, _ = seen
         number = (
-            member_number(match.rule, keys, seen.old),
-            member_number(match.rule, keys, seen.new),
+            member_number(match.rule, keys, old),
+            member_number(match.rule, keys, new),
         )
         _fold_member(group, seen, number)
         rule = match.rule
         ledgered = isinstance(rule, SequenceRule) and isinstance(rule.members, AttributeMembers)
         if ledgered and number[0] != number[1]:
-            group.ledger.append(LedgerChange(keys, *number, seen.sequence_number))
+            group.ledger.append(LedgerChange(keys, *number, sequence_number))
 
 
 def _fold_parent(group: Group, seen: _Seen) -> None:
@@ -252,7 +243,8 @@ def _fold_member(group: Group, seen: _Seen, numbers: tuple[int | None, int | Non
     before, after = numbers
     if before == after:
         return
-    evidence = Evidence(seen.sequence_number, seen.event, seen.keys, before, after, seen.at)
+    _, event, keys, _, _, sequence_number, at = seen
+    evidence = Evidence(sequence_number, event, keys, before, after, at)
     group.evidence.append(evidence)
     if before is not None:
         group.members_removed += 1

@@ -29,10 +29,10 @@ class Outcome(Enum):
     @staticmethod
     def reached_table(outcomes: Iterable[Outcome]) -> bool:
         """Whether the verification went past the stream to the table (alerts may follow)."""
-        return any(outcome in _REACHED_TABLE for outcome in outcomes)
+        return not _STREAM_ONLY.issuperset(outcomes)
 
 
-_REACHED_TABLE = {Outcome.CONSISTENT, Outcome.CHECKED, Outcome.DEFERRED, Outcome.LEFT}
+_STREAM_ONLY = frozenset({Outcome.PROVED, Outcome.CARRIED, Outcome.DECREMENTED})
 
 
 @dataclass
@@ -60,12 +60,21 @@ class Stats:
     def count(self, outcomes: Iterable[Outcome]) -> None:
         """Count what a verification came to."""
         for outcome in outcomes:
-            self.balanced += outcome is Outcome.PROVED
-            self.carried += outcome is Outcome.CARRIED
-            self.checked += outcome in (Outcome.PROVED, Outcome.CONSISTENT, Outcome.CHECKED)
-            self.consistent += outcome in (Outcome.PROVED, Outcome.CONSISTENT)
-            self.deferred += outcome is Outcome.DEFERRED
-            self.ttl_decrements += outcome is Outcome.DECREMENTED
+            if outcome is Outcome.PROVED:  # most groups of most batches
+                self.balanced += 1
+                self.checked += 1
+                self.consistent += 1
+            elif outcome is Outcome.CONSISTENT:
+                self.checked += 1
+                self.consistent += 1
+            elif outcome is Outcome.CHECKED:
+                self.checked += 1
+            elif outcome is Outcome.CARRIED:
+                self.carried += 1
+            elif outcome is Outcome.DEFERRED:
+                self.deferred += 1
+            elif outcome is Outcome.DECREMENTED:
+                self.ttl_decrements += 1
 
     def merge(self, other: Stats) -> None:
         """Add what ``other`` counted (one item collection's share of a batch)."""
