@@ -19,8 +19,8 @@ from tally.reconciler.followups import Followups, observation
 from tally.reconciler.parent_reads import ParentReads
 from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.judgement import (
+    ChildTotal,
     ParentState,
-    Tally,
     drifted,
     valid_counter,
 )
@@ -46,7 +46,7 @@ class Snapshot:
     """A settled read: the parent and its children's truth at one moment."""
 
     parent: ParentState
-    tally: Tally
+    tally: ChildTotal
     confirmations: int = 1
 
 
@@ -259,7 +259,7 @@ class Counts:
             first_seen=group.first_seen if group else first_seen,
         )
 
-    def report_malformed(self, rule: TallyRule, key: Key, tally: Tally) -> None:
+    def report_malformed(self, rule: TallyRule, key: Key, tally: ChildTotal) -> None:
         """A child whose amount is not a number counts 0: each is a finding of its own, by its
         key, attribute and type (never its value), never repaired."""
         if isinstance(rule, SumRule):

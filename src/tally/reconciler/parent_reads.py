@@ -7,7 +7,7 @@ from typing import Any
 
 from tally.core.dynamodb import Names, deserialize, serialize
 from tally.core.numbers import NULL, add, number
-from tally.reconciler.protocol.judgement import ParentState, Tally
+from tally.reconciler.protocol.judgement import ChildTotal, ParentState
 from tally.reconciler.table_access import ABSENT, TableAccess
 from tally.rules import AnyRule, CountRule, Key, SumRule
 
@@ -38,7 +38,7 @@ class ParentReads(TableAccess):
             revision = NULL  # a NULL revision is no absent one: no repair can bump it
         return ParentState(True, item.get(rule.counter, ABSENT), revision)
 
-    def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> Tally:
+    def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> ChildTotal:
         """Count or sum the children with paginated consistent queries (children found
         through an index: ``tally_indexed``)."""
         if rule.through is not None:
@@ -58,11 +58,11 @@ class ParentReads(TableAccess):
             items += [deserialize(raw) for raw in page.get("Items", [])]
         return self._tally(rule, children, items)
 
-    def _tally(self, rule: CountRule | SumRule, children: int, items: list[Item]) -> Tally:
+    def _tally(self, rule: CountRule | SumRule, children: int, items: list[Item]) -> ChildTotal:
         """The truth over ``children`` children: their number, or the sum of the amounts the
         ``items`` hold (an amount that is no number counts 0, and is listed)."""
         if not isinstance(rule, SumRule):
-            return Tally(Decimal(children), children)
+            return ChildTotal(Decimal(children), children)
         total, unreadable = Decimal(0), []
         for item in items:
             amount = number(item.get(rule.summed, Decimal(0)))
@@ -70,11 +70,11 @@ class ParentReads(TableAccess):
                 total = add(total, amount)
             else:
                 unreadable.append((self.rules.key_of(item), amount))
-        return Tally(total, children, tuple(unreadable))
+        return ChildTotal(total, children, tuple(unreadable))
 
     def tally_indexed(
         self, rule: CountRule | SumRule, parent_key: Key, counter: Any, *, confirm: bool = True
-    ) -> Tally:
+    ) -> ChildTotal:
         """Count or sum the children found through the rule's index.
 
         The index is eventually consistent: an entry may be stale (the child since deleted,

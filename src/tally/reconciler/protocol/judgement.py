@@ -43,7 +43,7 @@ class ParentState:
 
 
 @dataclass(frozen=True)
-class Tally:
+class ChildTotal:
     """The truth counted from the children (an exact sum, which may need more digits than a
     counter holds), and children whose amount is not a number, with the type it holds."""
 
@@ -67,7 +67,7 @@ class Verdict:
 def judge(
     rule: TallyRule,
     parent: ParentState,
-    tally: Tally,
+    tally: ChildTotal,
     *,
     confirmations: int = 1,
     ttl_removed: bool = False,
@@ -105,7 +105,7 @@ def judge(
     return Verdict(kind, attribute, stored, truth(actual), tuple(details))
 
 
-def drifted(rule: TallyRule, parent: ParentState, tally: Tally) -> bool:
+def drifted(rule: TallyRule, parent: ParentState, tally: ChildTotal) -> bool:
     """Whether a snapshot shows any finding at all (what two agreeing reads must confirm)."""
     return judge(rule, parent, tally) is not None
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from tally.core.numbers import representable
 from tally.reconciler.protocol.judgement import (
+    ChildTotal,
     ParentState,
-    Tally,
     drifted,
     judge,
     valid_counter,
@@ -31,7 +31,7 @@ numbers = st.one_of(
 values = st.one_of(st.none(), numbers, st.text(max_size=3), st.booleans(), st.just(Decimal("NaN")))
 parents = st.builds(ParentState, st.booleans(), values, values)
 tallies = st.builds(
-    Tally,
+    ChildTotal,
     st.one_of(numbers, st.just(Decimal("1E+200"))),
     st.integers(0, 30),
 )
@@ -40,7 +40,7 @@ tallies = st.builds(
 @settings(max_examples=1000, deadline=None)
 @given(st.sampled_from([LIKES, TOTAL]), parents, tallies, st.booleans())
 def test_a_verdict_is_given_exactly_when_the_parent_is_off_and_names_what_is_off(
-    rule: Any, parent: ParentState, tally: Tally, ttl: bool
+    rule: Any, parent: ParentState, tally: ChildTotal, ttl: bool
 ) -> None:
     verdict = judge(rule, parent, tally, ttl_removed=ttl)
     assert drifted(rule, parent, tally) == (verdict is not None)
@@ -71,7 +71,7 @@ def test_a_verdict_is_given_exactly_when_the_parent_is_off_and_names_what_is_off
 @settings(max_examples=1000, deadline=None)
 @given(st.sampled_from([LIKES, TOTAL]), parents, tallies)
 def test_what_is_never_repaired_is_never_a_write_over_a_value_not_judged(
-    rule: Any, parent: ParentState, tally: Tally
+    rule: Any, parent: ParentState, tally: ChildTotal
 ) -> None:
     verdict = judge(rule, parent, tally)
     if verdict is None or verdict.kind == "orphans":
@@ -85,8 +85,8 @@ def test_what_is_never_repaired_is_never_a_write_over_a_value_not_judged(
 
 def test_a_count_of_two_and_a_half_is_an_invalid_counter_a_sum_of_it_is_not() -> None:
     half = ParentState(True, Decimal("2.5"), Decimal(1))
-    count = judge(LIKES, half, Tally(Decimal(2), 2))
+    count = judge(LIKES, half, ChildTotal(Decimal(2), 2))
     assert count is not None and count.kind == "invalid_counter"
     assert count.details == ("counter 2.5 is not an integer",)
-    total = judge(TOTAL, half, Tally(Decimal(2), 2))
+    total = judge(TOTAL, half, ChildTotal(Decimal(2), 2))
     assert total is not None and total.kind == "drift"
