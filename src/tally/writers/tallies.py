@@ -21,6 +21,8 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
+import tally.writers.indexed as indexed
+import tally.writers.items as items
 from tally.core.dynamodb import (
     Backoff,
     Cancelled,
@@ -30,7 +32,6 @@ from tally.core.dynamodb import (
     transact,
 )
 from tally.rules import CountRule, Key, Match, RuleSet, SumRule
-from tally.writers import indexed, items
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
