@@ -174,6 +174,22 @@ class Guards:
         )
 
 
+class GuardedWriter:
+    """A writer of one table: its client, name and rules, the backoff between optimistic
+    rounds, and the guards of the idempotency keys its requests carry."""
+
+    def __init__(
+        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
+    ):
+        self.client = client
+        self.table_name = table_name
+        self.rules = rules
+        self.backoff = backoff or Backoff()
+        self.guards = Guards(client, table_name, rules, self.backoff)
+        self._keys = rules.table
+        self._pk = rules.table.partition_key
+
+
 def fingerprint(*parts: Any) -> str:
     """A digest of the request: typed like DynamoDB JSON, so "5" and 5 differ; sets sorted."""
     text = json.dumps(_typed(list(parts)), sort_keys=True, separators=(",", ":"))

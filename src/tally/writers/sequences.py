@@ -24,11 +24,11 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.core.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
-from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet
+from tally.core.dynamodb import Cancelled, Names, deserialize, serialize, transact
+from tally.rules import CollectionMembers, IndexMembers, Key
 from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError
-from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.items import LARGEST
 from tally.writers.transactions import (
     REVISION_LIMIT,
@@ -66,19 +66,8 @@ class Allocation:
     replayed: bool = False
 
 
-class SequenceAllocator:
+class SequenceAllocator(GuardedWriter):
     """Hands out numbers for the sequence rules of a rules file."""
-
-    def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
-    ):
-        self.client = client
-        self.table_name = table_name
-        self.rules = rules
-        self.backoff = backoff or Backoff()
-        self.guards = Guards(client, table_name, rules, self.backoff)
-        self._pk = rules.table.partition_key
-        self._sk = rules.table.sort_key
 
     def allocate(
         self,
@@ -280,27 +269,26 @@ class SequenceAllocator:
 
     def _highest_member(self, request: AllocationRequest) -> int:
         members = request.rule.members
-        assert isinstance(members, CollectionMembers) and self._sk is not None
-        names = Names.of(self._pk, self._sk)
-        span = request.rule.member_pattern(self.rules.table)[self._sk]
+        sk = self._keys.sort_key
+        assert isinstance(members, CollectionMembers) and sk is not None
+        names = Names.of(self._pk, sk)
+        span = request.rule.member_pattern(self.rules.table)[sk]
         # Members of a number sort key are the positive numbers; of a string one, the prefix.
         condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
         counter = self.rules.table.typed(request.counter_key)
         response = self.client.query(
             TableName=self.table_name,
-            KeyConditionExpression=(
-                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
-            ),
+            KeyConditionExpression=(f"{names[self._pk]} = :pk AND " + condition.format(names[sk])),
             ExpressionAttributeNames=names.expression_names,
             ExpressionAttributeValues=serialize(
                 {":pk": counter[self._pk], ":start": Decimal(0) if span.numeric else span.value}
             ),
             ScanIndexForward=False,
             ConsistentRead=True,
-            ProjectionExpression=names[self._sk],
+            ProjectionExpression=names[sk],
         )
         for item in response["Items"]:
-            number = request.rule.member_number(deserialize(item)[self._sk])
+            number = request.rule.member_number(deserialize(item)[sk])
             if number is not None:
                 return number
         return 0

@@ -24,21 +24,20 @@ from botocore.exceptions import ClientError
 import tally.writers.indexed as indexed
 import tally.writers.items as items
 from tally.core.dynamodb import (
-    Backoff,
     Cancelled,
     Names,
     TransactionFailedError,
     serialize,
     transact,
 )
-from tally.rules import CountRule, Key, Match, RuleSet, SumRule
+from tally.rules import CountRule, Key, Match, SumRule
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
     InvalidRequestError,
 )
 from tally.writers.fenced import fenced_writes
-from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
 from tally.writers.reserved import refuse_reserved, reserved_attributes
 from tally.writers.transactions import (
@@ -82,19 +81,8 @@ class _Write:
     item: Mapping[str, Any] | None = None
 
 
-class TallyWriter:
+class TallyWriter(GuardedWriter):
     """Adds, removes and changes children of count and sum rules, one transaction each."""
-
-    def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
-    ):
-        self.client = client
-        self.table_name = table_name
-        self.rules = rules
-        self.backoff = backoff or Backoff()
-        self.guards = Guards(client, table_name, rules, self.backoff)
-        self._keys = rules.table
-        self._pk = rules.table.partition_key
 
     def add_child(
         self,
