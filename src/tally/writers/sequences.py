@@ -177,8 +177,7 @@ class SequenceAllocator(GuardedWriter):
         lost response a replay, where a conditional put would find its own member.
         """
         members = [request.member(self.rules.table, number) for number in numbers]
-        names = Names.of(self._pk)
-        writes = [self._put_absent(member, names) for member in members]
+        writes = [self._put_absent(member) for member in members]
         writes += self._guard(request, "allocated", numbers, members)
         try:
             transact(self.client, writes, new_token(), self.backoff)
@@ -206,7 +205,7 @@ class SequenceAllocator(GuardedWriter):
             values = {":old": Decimal(current), ":new": Decimal(numbers[-1])}
             writes = [
                 self._set_counter(request, names, ":new", fenced, values),
-                *(self._put_absent(member, names) for member in members),
+                *(self._put_absent(member) for member in members),
                 *self._guard(request, "allocated", numbers, members),
             ]
             try:
@@ -246,7 +245,7 @@ class SequenceAllocator(GuardedWriter):
             )
             values = {":old": Decimal(current), ":n": Decimal(number)}
             writes = [
-                self._put_absent(member, names),
+                self._put_absent(member),
                 self._set_counter(request, names, ":n", fenced, values),
                 *self._guard(request, "allocated", (number,), [member]),
             ]
@@ -364,16 +363,8 @@ class SequenceAllocator(GuardedWriter):
             }
         }
 
-    def _put_absent(self, member: Mapping[str, Any], names: Names) -> dict[str, Any]:
-        return {
-            "Put": {
-                "TableName": self.table_name,
-                "Item": self._key(member),
-                "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
-                "ExpressionAttributeNames": names.subset(self._pk),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
+    def _put_absent(self, member: Mapping[str, Any]) -> dict[str, Any]:
+        return self._on_key("Put", member, ReturnValuesOnConditionCheckFailure="ALL_OLD")
 
     def _guard(
         self,

@@ -25,7 +25,6 @@ import tally.writers.indexed as indexed
 import tally.writers.items as items
 from tally.core.dynamodb import (
     Cancelled,
-    Names,
     TransactionFailedError,
     serialize,
     transact,
@@ -106,15 +105,7 @@ class TallyWriter(GuardedWriter):
         keyed = self.guards.request(idempotency_key, "add", key, item)
         write = _Write("add", dict(key), parent_key, rule, keyed, item=item)
         delta = item[rule.summed] if isinstance(rule, SumRule) else Decimal(1)
-        names = Names.of(self._pk)
-        child = {
-            "Put": {
-                "TableName": self.table_name,
-                "Item": serialize(self._keys.typed(item)),
-                "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
-                "ExpressionAttributeNames": names.expression_names,
-            }
-        }
+        child = self._on_key("Put", item)
         amount = ("attributes", rule.summed) if isinstance(rule, SumRule) else None
         try:
             return self._commit(write, child, [(parent_key, delta)], amount)
@@ -132,15 +123,7 @@ class TallyWriter(GuardedWriter):
         write = _Write("remove", dict(key), match.parent_key, rule, keyed)
         if isinstance(rule, SumRule) or rule.through is not None:
             return self._read_and_write(write, ("key",))
-        names = Names.of(self._pk)
-        child = {
-            "Delete": {
-                "TableName": self.table_name,
-                "Key": serialize(self._keys.typed(key)),
-                "ConditionExpression": f"attribute_exists({names[self._pk]})",
-                "ExpressionAttributeNames": names.expression_names,
-            }
-        }
+        child = self._on_key("Delete", key)
         try:
             return self._commit(write, child, [(match.parent_key, Decimal(-1))], None)
         except Cancelled as cancelled:
