@@ -16,7 +16,9 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from tally.cli import console, local_commands, operate
+import tally.cli.console as console
+import tally.cli.local_commands as local_commands
+import tally.cli.operate as operate
 from tally.cli.options import (
     EPILOG,
     MAX_SEGMENTS,

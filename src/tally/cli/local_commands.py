@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tally.cli import console, targets
+import tally.cli.console as console
+import tally.cli.targets as targets
 from tally.cli.console import Failure, UsageError
 from tally.cli.options import named_file, rules_file
 from tally.local import stack as local_stack

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tally.cli import console, targets
+import tally.cli.console as console
+import tally.cli.targets as targets
 from tally.cli.console import Failure, UsageError
 from tally.cli.options import rules_file
 from tally.rules import load_rules

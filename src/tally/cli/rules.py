@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.cli import targets
+import tally.cli.targets as targets
 from tally.cli.console import Failure
 from tally.cli.options import EPILOG, rules_file, rules_option, target_options
 from tally.rules import RulesFileError, load_rules
@@ -101,7 +101,7 @@ def _check(options: argparse.Namespace) -> int:
     if options.json:
         print(json.dumps(report.as_json()))
     else:
-        from tally.cli import console
+        import tally.cli.console as console
 
         console.out.print("\n".join(report.heading()), markup=False)
         if report.rules:

@@ -52,6 +52,7 @@ from tally.writers import (
     ParentNotFoundError,
     SequenceAllocator,
     TallyWriter,
+    WriteResult,
 )
 from tally.writers.allocations import MAX_BLOCK, Strategy
 from tally.writers.idempotency import MAX_KEY_LENGTH
@@ -194,6 +195,14 @@ def _outcome(outcome: str, replayed: bool, **extra: Any) -> Response[str]:
     return _json(_STATUS[outcome], {"outcome": outcome, "replayed": replayed, **extra})
 
 
+def _tally() -> TallyWriter:
+    return _writers()[0]
+
+
+def _written(result: WriteResult) -> Response[str]:
+    return _outcome(result.outcome, result.replayed)
+
+
 _REFUSED: OpenAPIResponse = {"description": "Refused; `detail` names each field and why."}
 _CHILD_RESPONSES: dict[int, OpenAPIResponse] = {
     404: {"description": "The parent does not exist, or (remove, change) the child does not."},
@@ -209,15 +218,14 @@ _CHILD_RESPONSES: dict[int, OpenAPIResponse] = {
 )
 @tracer.capture_method
 def add_child(body: AddChild, idempotency_key: IdempotencyKey = None) -> Response[str]:
-    result = _writers()[0].add_child(body.key, body.attributes, idempotency_key=idempotency_key)
-    return _outcome(result.outcome, result.replayed)
+    result = _tally().add_child(body.key, body.attributes, idempotency_key=idempotency_key)
+    return _written(result)
 
 
 @app.delete("/children", summary="Remove a child and uncount it", responses=_CHILD_RESPONSES)
 @tracer.capture_method
 def remove_child(body: ChildKey, idempotency_key: IdempotencyKey = None) -> Response[str]:
-    result = _writers()[0].remove_child(body.key, idempotency_key=idempotency_key)
-    return _outcome(result.outcome, result.replayed)
+    return _written(_tally().remove_child(body.key, idempotency_key=idempotency_key))
 
 
 @app.patch(
@@ -225,9 +233,8 @@ def remove_child(body: ChildKey, idempotency_key: IdempotencyKey = None) -> Resp
 )
 @tracer.capture_method
 def change_amount(body: ChangeAmount, idempotency_key: IdempotencyKey = None) -> Response[str]:
-    writer = _writers()[0]
-    result = writer.change_amount(body.key, body.amount, idempotency_key=idempotency_key)
-    return _outcome(result.outcome, result.replayed)
+    result = _tally().change_amount(body.key, body.amount, idempotency_key=idempotency_key)
+    return _written(result)
 
 
 @app.patch(
@@ -237,9 +244,8 @@ def change_amount(body: ChangeAmount, idempotency_key: IdempotencyKey = None) ->
 )
 @tracer.capture_method
 def move_child(body: MoveChild, idempotency_key: IdempotencyKey = None) -> Response[str]:
-    writer = _writers()[0]
-    result = writer.move_child(body.key, body.attributes, idempotency_key=idempotency_key)
-    return _outcome(result.outcome, result.replayed)
+    result = _tally().move_child(body.key, body.attributes, idempotency_key=idempotency_key)
+    return _written(result)
 
 
 @app.post(

@@ -12,14 +12,36 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 
 class Crash(Exception):
     """The writer process died here: nothing after this point ran."""
+
+
+def _put_once(
+    client: Any, table: str, item: dict[str, Any], key: str, parent: dict[str, Any]
+) -> None:
+    """The item, put only while no item has its key, and its parent's update: one transaction."""
+    put = {"TableName": table, "Item": item, "ConditionExpression": f"attribute_not_exists({key})"}
+    client.transact_write_items(TransactItems=[{"Put": put}, parent])
+
+
+def _update(
+    table: str, key: dict[str, Any], expression: str, values: dict[str, Any], condition: str = ""
+) -> dict[str, Any]:
+    """A transaction's update of the item under ``key``, only if ``condition`` holds."""
+    update = {
+        "TableName": table,
+        "Key": key,
+        "UpdateExpression": expression,
+        "ExpressionAttributeValues": values,
+    }
+    return {"Update": update | ({"ConditionExpression": condition} if condition else {})}
 
 
 # --- seed 004: likes and likeTally in one transaction ------------------------------------------
@@ -32,29 +54,10 @@ def create_post(client: Any, table: str, post: str) -> None:
 
 def like(client: Any, table: str, post: str, user: str) -> None:
     """Seed 004's writer: the like and the count in one transaction, the like only once."""
-    client.transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table,
-                    "Item": {
-                        "PK": {"S": post},
-                        "SK": {"S": f"LIKE#USER#{user}"},
-                        "likedAt": {"N": "1750636800"},
-                    },
-                    "ConditionExpression": "attribute_not_exists(SK)",
-                }
-            },
-            {
-                "Update": {
-                    "TableName": table,
-                    "Key": {"PK": {"S": post}, "SK": {"S": "META"}},
-                    "UpdateExpression": "ADD likeTally :one",
-                    "ExpressionAttributeValues": {":one": {"N": "1"}},
-                }
-            },
-        ]
-    )
+    liked = {"PK": {"S": post}, "SK": {"S": f"LIKE#USER#{user}"}, "likedAt": {"N": "1750636800"}}
+    meta = {"PK": {"S": post}, "SK": {"S": "META"}}
+    tally = _update(table, meta, "ADD likeTally :one", {":one": {"N": "1"}})
+    _put_once(client, table, liked, "SK", tally)
 
 
 # --- seed 001: ADD, then put under the new number ----------------------------------------------
@@ -99,29 +102,10 @@ def open_issue(client: Any, table: str, project: str) -> int:
         ConsistentRead=True,
     )["Items"]
     number = int(found[0]["sk"]["N"]) + 1 if found else 1
-    client.transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table,
-                    "Item": {
-                        "pk": {"S": project},
-                        "sk": {"N": str(number)},
-                        "priority": {"S": "low"},
-                    },
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            },
-            {
-                "Update": {
-                    "TableName": table,
-                    "Key": {"pk": {"S": project}, "sk": {"N": "0"}},
-                    "UpdateExpression": "SET lastIssue = :n",
-                    "ExpressionAttributeValues": {":n": {"N": str(number)}},
-                }
-            },
-        ]
-    )
+    issue = {"pk": {"S": project}, "sk": {"N": str(number)}, "priority": {"S": "low"}}
+    meta = {"pk": {"S": project}, "sk": {"N": "0"}}
+    last = _update(table, meta, "SET lastIssue = :n", {":n": {"N": str(number)}})
+    _put_once(client, table, issue, "pk", last)
     return number
 
 
@@ -144,15 +128,11 @@ def _edge_key(follower: str, followee: str) -> dict[str, Any]:
 
 def _count(table: str, followee: str, delta: int) -> dict[str, Any]:
     """The followee's followerCount moved by ``delta``, its revision by one."""
-    return {
-        "Update": {
-            "TableName": table,
-            "Key": {"PK": {"S": f"USER#{followee}"}, "SK": {"S": "PROFILE"}},
-            "UpdateExpression": "ADD followerCount :delta, rev :one",
-            "ConditionExpression": "attribute_exists(PK)",
-            "ExpressionAttributeValues": {":delta": {"N": str(delta)}, ":one": {"N": "1"}},
-        }
-    }
+    profile = {"PK": {"S": f"USER#{followee}"}, "SK": {"S": "PROFILE"}}
+    values = {":delta": {"N": str(delta)}, ":one": {"N": "1"}}
+    return _update(
+        table, profile, "ADD followerCount :delta, rev :one", values, "attribute_exists(PK)"
+    )
 
 
 def follow(client: Any, table: str, follower: str, followee: str, day: str) -> None:
@@ -162,18 +142,7 @@ def follow(client: Any, table: str, follower: str, followee: str, day: str) -> N
         "GSI1PK": {"S": f"USER#{followee}"},
         "GSI1SK": {"S": f"FOLLOWING#{day}"},
     }
-    client.transact_write_items(
-        TransactItems=[
-            {
-                "Put": {
-                    "TableName": table,
-                    "Item": edge,
-                    "ConditionExpression": "attribute_not_exists(PK)",
-                }
-            },
-            _count(table, followee, 1),
-        ]
-    )
+    _put_once(client, table, edge, "PK", _count(table, followee, 1))
 
 
 _FOLLOWING = {":following": {"S": "FOLLOWING#"}}
@@ -199,36 +168,41 @@ def unfollow(client: Any, table: str, follower: str, followee: str) -> None:
 def block(client: Any, table: str, follower: str, followee: str, day: str) -> None:
     """The followee blocks a follower: the edge stays, its status leaves FOLLOWING#, and the
     count drops with it."""
-    client.transact_write_items(
-        TransactItems=[
-            {
-                "Update": {
-                    "TableName": table,
-                    "Key": _edge_key(follower, followee),
-                    "UpdateExpression": "SET GSI1SK = :blocked",
-                    "ConditionExpression": "begins_with(GSI1SK, :following)",
-                    "ExpressionAttributeValues": _FOLLOWING | {":blocked": {"S": f"BLOCKED#{day}"}},
-                }
-            },
-            _count(table, followee, -1),
-        ]
+    blocked = _update(
+        table,
+        _edge_key(follower, followee),
+        "SET GSI1SK = :blocked",
+        _FOLLOWING | {":blocked": {"S": f"BLOCKED#{day}"}},
+        "begins_with(GSI1SK, :following)",
     )
+    client.transact_write_items(TransactItems=[blocked, _count(table, followee, -1)])
 
 
 # --- the examples: correct traffic, then the fault each walk-through catches ------------------
 
 
+def _parents_and_children(
+    children: Mapping[str, Sequence[Any]],
+    create: Callable[[str], object],
+    add: Callable[[str, Any], object],
+) -> int:
+    """Each parent created, then each of its children added: how many items that wrote."""
+    for parent, its_children in children.items():
+        create(parent)
+        for child in its_children:
+            add(parent, child)
+    return len(children) + sum(len(its_children) for its_children in children.values())
+
+
 def _social(client: Any, table: str) -> int:
     rng = random.Random(4)
-    written = 0
-    for p in range(40):
-        post = f"POST#{p:04x}"
-        create_post(client, table, post)
-        written += 1
-        for user in rng.sample(range(100), rng.randrange(0, 10)):
-            like(client, table, post, f"{user:04x}")
-            written += 1
-    return written
+    likes = {
+        f"POST#{p:04x}": [f"{user:04x}" for user in rng.sample(range(100), rng.randrange(0, 10))]
+        for p in range(40)
+    }
+    return _parents_and_children(
+        likes, partial(create_post, client, table), partial(like, client, table)
+    )
 
 
 def _social_fault(client: Any, table: str) -> str:
@@ -291,15 +265,12 @@ def _orders_fault(client: Any, table: str) -> str:
 
 def _projects(client: Any, table: str) -> int:
     rng = random.Random(2)
-    written = 0
-    for p in range(20):
-        project = f"project{p:02d}"
-        create_project(client, table, project)
-        written += 1
-        for _ in range(rng.randrange(1, 12)):
-            open_issue(client, table, project)
-            written += 1
-    return written
+    issues = {f"project{p:02d}": range(rng.randrange(1, 12)) for p in range(20)}
+    return _parents_and_children(
+        issues,
+        partial(create_project, client, table),
+        lambda project, _: open_issue(client, table, project),
+    )
 
 
 def _projects_fault(client: Any, table: str) -> str:

@@ -60,6 +60,11 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
+def _key_names(partition_key: str, sort_key: str | None) -> tuple[str, ...]:
+    """A table's or an index's key attributes: the partition key, then any sort key."""
+    return (partition_key,) if sort_key is None else (partition_key, sort_key)
+
+
 class TableKeys(_Strict):
     """The table's key schema: a partition key and, optionally, a sort key; S or N each."""
 
@@ -82,9 +87,7 @@ class TableKeys(_Strict):
 
     @property
     def names(self) -> tuple[str, ...]:
-        return (
-            (self.partition_key,) if self.sort_key is None else (self.partition_key, self.sort_key)
-        )
+        return _key_names(self.partition_key, self.sort_key)
 
     def type_of(self, name: str) -> KeyType:
         return self.sort_key_type if name == self.sort_key else self.partition_key_type
@@ -169,9 +172,7 @@ class IndexChildren(_Strict):
     @property
     def attributes(self) -> tuple[str, ...]:
         """The index's key attributes, as the children carry them."""
-        return (
-            (self.partition_key,) if self.sort_key is None else (self.partition_key, self.sort_key)
-        )
+        return _key_names(self.partition_key, self.sort_key)
 
 
 class _TallyRule(_RuleBase):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal, cast
 
+import tally.writers.items as items
 from tally.rules import (
     AttributeMembers,
     IndexMembers,
@@ -16,7 +17,6 @@ from tally.rules import (
     SequenceRule,
     TableKeys,
 )
-from tally.writers import items
 from tally.writers.errors import InvalidRequestError
 from tally.writers.idempotency import Keyed
 from tally.writers.reserved import refuse_reserved, reserved_attributes

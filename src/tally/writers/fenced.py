@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from decimal import Context, Decimal, localcontext
 from typing import Any
 
+import tally.writers.indexed as indexed
+import tally.writers.items as items
 from tally.core.dynamodb import Names, serialize
 from tally.rules import CountRule, Key, SumRule, TableKeys
-from tally.writers import indexed, items
 from tally.writers.errors import InvalidRequestError
 from tally.writers.transactions import number_or_none
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 from boto3.dynamodb.types import Binary
 
@@ -172,6 +172,40 @@ class Guards:
             tuple(int(n) for n in item.get("numbers", ())),
             tuple(dict(key) for key in item.get("memberKeys", ())),
         )
+
+
+class GuardedWriter:
+    """A writer of one table: its client, name and rules, the backoff between optimistic
+    rounds, and the guards of the idempotency keys its requests carry."""
+
+    def __init__(
+        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
+    ):
+        self.client = client
+        self.table_name = table_name
+        self.rules = rules
+        self.backoff = backoff or Backoff()
+        self.guards = Guards(client, table_name, rules, self.backoff)
+        self._keys = rules.table
+        self._pk = rules.table.partition_key
+
+    def _on_key(
+        self, action: Literal["Put", "Delete"], item: Mapping[str, Any], **options: str
+    ) -> dict[str, Any]:
+        """A transaction's Put of the item, only where no item has its key yet, or Delete of
+        the item under a key, only where there is one."""
+        put = action == "Put"
+        names = Names.of(self._pk)
+        test = "attribute_not_exists" if put else "attribute_exists"
+        return {
+            action: {
+                "TableName": self.table_name,
+                "Item" if put else "Key": serialize(self._keys.typed(item)),
+                "ConditionExpression": f"{test}({names[self._pk]})",
+                "ExpressionAttributeNames": names.expression_names,
+                **options,
+            }
+        }
 
 
 def fingerprint(*parts: Any) -> str:

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+import tally.writers.items as items
 from tally.rules import CountRule, IndexChildren, Key, SumRule, TableKeys
-from tally.writers import items
 from tally.writers.errors import Field, InvalidRequestError
 
 

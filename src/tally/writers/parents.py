@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 from typing import Any
 
+import tally.writers.items as items
 from tally.core.dynamodb import Cancelled, Names, serialize
 from tally.rules import CountRule, Key, SumRule, TableKeys
-from tally.writers import items
 from tally.writers.errors import InvalidCounterError, ParentNotFoundError
 from tally.writers.transactions import REVISION_LIMIT, number_or_none, old_item, revision_guard
 

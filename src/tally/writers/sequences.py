@@ -24,11 +24,11 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.core.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
-from tally.rules import CollectionMembers, IndexMembers, Key, RuleSet
+from tally.core.dynamodb import Cancelled, Names, deserialize, serialize, transact
+from tally.rules import CollectionMembers, IndexMembers, Key
 from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError
-from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.items import LARGEST
 from tally.writers.transactions import (
     REVISION_LIMIT,
@@ -66,19 +66,8 @@ class Allocation:
     replayed: bool = False
 
 
-class SequenceAllocator:
+class SequenceAllocator(GuardedWriter):
     """Hands out numbers for the sequence rules of a rules file."""
-
-    def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
-    ):
-        self.client = client
-        self.table_name = table_name
-        self.rules = rules
-        self.backoff = backoff or Backoff()
-        self.guards = Guards(client, table_name, rules, self.backoff)
-        self._pk = rules.table.partition_key
-        self._sk = rules.table.sort_key
 
     def allocate(
         self,
@@ -188,8 +177,7 @@ class SequenceAllocator:
         lost response a replay, where a conditional put would find its own member.
         """
         members = [request.member(self.rules.table, number) for number in numbers]
-        names = Names.of(self._pk)
-        writes = [self._put_absent(member, names) for member in members]
+        writes = [self._put_absent(member) for member in members]
         writes += self._guard(request, "allocated", numbers, members)
         try:
             transact(self.client, writes, new_token(), self.backoff)
@@ -217,7 +205,7 @@ class SequenceAllocator:
             values = {":old": Decimal(current), ":new": Decimal(numbers[-1])}
             writes = [
                 self._set_counter(request, names, ":new", fenced, values),
-                *(self._put_absent(member, names) for member in members),
+                *(self._put_absent(member) for member in members),
                 *self._guard(request, "allocated", numbers, members),
             ]
             try:
@@ -257,7 +245,7 @@ class SequenceAllocator:
             )
             values = {":old": Decimal(current), ":n": Decimal(number)}
             writes = [
-                self._put_absent(member, names),
+                self._put_absent(member),
                 self._set_counter(request, names, ":n", fenced, values),
                 *self._guard(request, "allocated", (number,), [member]),
             ]
@@ -280,27 +268,26 @@ class SequenceAllocator:
 
     def _highest_member(self, request: AllocationRequest) -> int:
         members = request.rule.members
-        assert isinstance(members, CollectionMembers) and self._sk is not None
-        names = Names.of(self._pk, self._sk)
-        span = request.rule.member_pattern(self.rules.table)[self._sk]
+        sk = self._keys.sort_key
+        assert isinstance(members, CollectionMembers) and sk is not None
+        names = Names.of(self._pk, sk)
+        span = request.rule.member_pattern(self.rules.table)[sk]
         # Members of a number sort key are the positive numbers; of a string one, the prefix.
         condition = "{} > :start" if span.numeric else "begins_with({}, :start)"
         counter = self.rules.table.typed(request.counter_key)
         response = self.client.query(
             TableName=self.table_name,
-            KeyConditionExpression=(
-                f"{names[self._pk]} = :pk AND " + condition.format(names[self._sk])
-            ),
+            KeyConditionExpression=(f"{names[self._pk]} = :pk AND " + condition.format(names[sk])),
             ExpressionAttributeNames=names.expression_names,
             ExpressionAttributeValues=serialize(
                 {":pk": counter[self._pk], ":start": Decimal(0) if span.numeric else span.value}
             ),
             ScanIndexForward=False,
             ConsistentRead=True,
-            ProjectionExpression=names[self._sk],
+            ProjectionExpression=names[sk],
         )
         for item in response["Items"]:
-            number = request.rule.member_number(deserialize(item)[self._sk])
+            number = request.rule.member_number(deserialize(item)[sk])
             if number is not None:
                 return number
         return 0
@@ -376,16 +363,8 @@ class SequenceAllocator:
             }
         }
 
-    def _put_absent(self, member: Mapping[str, Any], names: Names) -> dict[str, Any]:
-        return {
-            "Put": {
-                "TableName": self.table_name,
-                "Item": self._key(member),
-                "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
-                "ExpressionAttributeNames": names.subset(self._pk),
-                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-            }
-        }
+    def _put_absent(self, member: Mapping[str, Any]) -> dict[str, Any]:
+        return self._on_key("Put", member, ReturnValuesOnConditionCheckFailure="ALL_OLD")
 
     def _guard(
         self,

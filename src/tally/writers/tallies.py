@@ -21,23 +21,22 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
+import tally.writers.indexed as indexed
+import tally.writers.items as items
 from tally.core.dynamodb import (
-    Backoff,
     Cancelled,
-    Names,
     TransactionFailedError,
     serialize,
     transact,
 )
-from tally.rules import CountRule, Key, Match, RuleSet, SumRule
-from tally.writers import indexed, items
+from tally.rules import CountRule, Key, Match, SumRule
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
     InvalidRequestError,
 )
 from tally.writers.fenced import fenced_writes
-from tally.writers.idempotency import Guards, Keyed, Record
+from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
 from tally.writers.reserved import refuse_reserved, reserved_attributes
 from tally.writers.transactions import (
@@ -81,19 +80,8 @@ class _Write:
     item: Mapping[str, Any] | None = None
 
 
-class TallyWriter:
+class TallyWriter(GuardedWriter):
     """Adds, removes and changes children of count and sum rules, one transaction each."""
-
-    def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
-    ):
-        self.client = client
-        self.table_name = table_name
-        self.rules = rules
-        self.backoff = backoff or Backoff()
-        self.guards = Guards(client, table_name, rules, self.backoff)
-        self._keys = rules.table
-        self._pk = rules.table.partition_key
 
     def add_child(
         self,
@@ -117,15 +105,7 @@ class TallyWriter:
         keyed = self.guards.request(idempotency_key, "add", key, item)
         write = _Write("add", dict(key), parent_key, rule, keyed, item=item)
         delta = item[rule.summed] if isinstance(rule, SumRule) else Decimal(1)
-        names = Names.of(self._pk)
-        child = {
-            "Put": {
-                "TableName": self.table_name,
-                "Item": serialize(self._keys.typed(item)),
-                "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
-                "ExpressionAttributeNames": names.expression_names,
-            }
-        }
+        child = self._on_key("Put", item)
         amount = ("attributes", rule.summed) if isinstance(rule, SumRule) else None
         try:
             return self._commit(write, child, [(parent_key, delta)], amount)
@@ -143,15 +123,7 @@ class TallyWriter:
         write = _Write("remove", dict(key), match.parent_key, rule, keyed)
         if isinstance(rule, SumRule) or rule.through is not None:
             return self._read_and_write(write, ("key",))
-        names = Names.of(self._pk)
-        child = {
-            "Delete": {
-                "TableName": self.table_name,
-                "Key": serialize(self._keys.typed(key)),
-                "ConditionExpression": f"attribute_exists({names[self._pk]})",
-                "ExpressionAttributeNames": names.expression_names,
-            }
-        }
+        child = self._on_key("Delete", key)
         try:
             return self._commit(write, child, [(match.parent_key, Decimal(-1))], None)
         except Cancelled as cancelled:
