@@ -23,12 +23,12 @@ from boto3.dynamodb.types import Binary
 from tally.reconciler.findings import shown
 from tally.rules import (
     AttributeMembers,
-    CountRule,
     IndexMembers,
     Key,
     RuleSet,
     SequenceRule,
     SumRule,
+    TallyRule,
 )
 from tally.rules.live_table import describe, sample, schema_problems
 
@@ -153,7 +153,7 @@ def check(rules: RuleSet, client: Any, table_name: str, limit: int) -> CheckRepo
         for match in matches:
             view, rule = views[match.rule.name], match.rule
             if match.role == "indexed":
-                assert isinstance(rule, CountRule | SumRule)
+                assert isinstance(rule, TallyRule)
                 if rule.indexed_parent(item, rules.table) is None:
                     view.not_counted += 1
                 else:
@@ -178,7 +178,7 @@ def check(rules: RuleSet, client: Any, table_name: str, limit: int) -> CheckRepo
 
 def _through(rule: Any) -> str | None:
     """How a rule's children are found through an index, as the report names it."""
-    through = rule.through if isinstance(rule, CountRule | SumRule) else None
+    through = rule.through if isinstance(rule, TallyRule) else None
     if through is None:
         return None
     status = f", or {through.sort_key} not {through.sort_prefix}..." if through.sort_prefix else ""

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from tally.rules import CountRule, IndexMembers, RuleSet, SequenceRule, SumRule, TableKeys
+from tally.rules import IndexMembers, RuleSet, SequenceRule, SumRule, TableKeys, TallyRule
 from tally.rules.live_table import STREAM_VIEW
 
 TEMPLATE_FILE = "template.yaml"
@@ -263,7 +263,7 @@ def rules_table_kwargs(rules: RuleSet, table_name: str) -> dict[str, Any]:
                 ],
                 "Projection": {"ProjectionType": "KEYS_ONLY"},
             }
-        elif isinstance(rule, CountRule | SumRule) and rule.through is not None:
+        elif isinstance(rule, TallyRule) and rule.through is not None:
             _through_index(rule, keys, types, indexes)
     kwargs: dict[str, Any] = {
         "TableName": table_name,
@@ -280,7 +280,7 @@ def rules_table_kwargs(rules: RuleSet, table_name: str) -> dict[str, Any]:
 
 
 def _through_index(
-    rule: CountRule | SumRule,
+    rule: TallyRule,
     keys: TableKeys,
     types: dict[str, str],
     indexes: dict[str, dict[str, Any]],

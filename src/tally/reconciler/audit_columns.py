@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from tally.reconciler.unindexed import index_key_types
 from tally.rules import (
     AnyRule,
-    CountRule,
     IndexMembers,
     PartitionMembers,
     SequenceRule,
     SumRule,
     TableKeys,
+    TallyRule,
 )
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -51,7 +51,7 @@ def read_attributes(rules: list[AnyRule], table: TableKeys) -> dict[str, set[str
         if isinstance(rule, SequenceRule) and isinstance(rule.members, IndexMembers):
             want(rule.members.sequence_attribute, "S")
             want(rule.members.number, "N")
-        if isinstance(rule, CountRule | SumRule) and rule.through is not None:
+        if isinstance(rule, TallyRule) and rule.through is not None:
             for name, types in index_key_types(rule, table).items():
                 if name not in table.names:  # a table key is always there, a string
                     for kind in sorted(types):

@@ -20,11 +20,11 @@ from tally.rules import (
     AnyRule,
     AttributeMembers,
     CollectionMembers,
-    CountRule,
     IndexMembers,
     SequenceRule,
     SumRule,
     TableKeys,
+    TallyRule,
 )
 from tally.rules.key_patterns import Pattern
 
@@ -126,7 +126,7 @@ class AuditFacts:
                     f"i.{counter}_set",
                 )
             )
-            if isinstance(rule, CountRule | SumRule):
+            if isinstance(rule, TallyRule):
                 value, value_set = "NULL", "FALSE"
                 if isinstance(rule, SumRule):
                     summed = self._alias[rule.summed]
@@ -160,7 +160,7 @@ class AuditFacts:
         return slots
 
     def _indexed_slots(
-        self, index: int, rule: CountRule | SumRule, child: str, value: str, value_set: str
+        self, index: int, rule: TallyRule, child: str, value: str, value_set: str
     ) -> list[_Slot]:
         """Children found through an index, by the base table's attributes: an item keyed as
         a child (and not as the parent) counts for the parent its index partition key names,

@@ -35,6 +35,7 @@ from tally.rules import (
     SequenceRule,
     SumRule,
     TableKeys,
+    TallyRule,
 )
 
 Progress = Callable[[int], None]
@@ -71,12 +72,10 @@ class _Indexed:
 
     def __init__(self) -> None:
         self.parents: dict[tuple[str, str], _Entry] = {}
-        self.unindexed: list[tuple[CountRule | SumRule, Key]] = []
+        self.unindexed: list[tuple[TallyRule, Key]] = []
         self._lock = threading.Lock()
 
-    def add(
-        self, target: CountRule | SumRule, role: str, item: Any, keys: TableKeys, key: Key
-    ) -> None:
+    def add(self, target: TallyRule, role: str, item: Any, keys: TableKeys, key: Key) -> None:
         """One item that plays ``role`` (parent, or indexed child) for ``target``."""
         if role == "parent":
             with self._lock:
@@ -200,7 +199,7 @@ def _scan_segment(
                     target = match.rule
                     if target.name not in names:
                         continue
-                    if isinstance(target, CountRule | SumRule) and target.through is not None:
+                    if isinstance(target, TallyRule) and target.through is not None:
                         own = reconciler.rules.key_of(item)
                         indexed.add(target, match.role, item, keys, own)
                         continue

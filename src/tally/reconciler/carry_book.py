@@ -15,9 +15,8 @@ from tally.reconciler.protocol import carry as carrying
 from tally.reconciler.protocol.carry import Carry, window_left
 from tally.reconciler.scheduling import Scheduler
 from tally.reconciler.stats import Outcome
-from tally.rules import CountRule, Key, SequenceRule, SumRule
+from tally.rules import Key, SequenceRule, TallyRule
 
-TallyRule = CountRule | SumRule
 CarryId = tuple[str, tuple[tuple[str, str], ...]]
 # Open carries this process knows of, kept across warm invocations (a hint: one forgotten
 # costs a recount after its window, never a finding). Past this many, the hint starts over.

@@ -31,9 +31,8 @@ from tally.reconciler.rechecks import MAX_DELAY_SECONDS, Recheck
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED
 from tally.reconciler.stats import Outcome
-from tally.rules import CountRule, Key, SumRule
+from tally.rules import CountRule, Key, SumRule, TallyRule
 
-TallyRule = CountRule | SumRule
 # Count parents up to this many children are recounted at once instead of carried: a
 # consistent Select=COUNT over 100 small (~40 byte) children reads about 1 RCU, so the
 # recount (about 3 RCU) costs less than the carry's read, write (1 WCU, priced as 5 RCU) and

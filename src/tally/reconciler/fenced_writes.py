@@ -22,7 +22,7 @@ from tally.rules import (
     IndexMembers,
     Key,
     SequenceRule,
-    SumRule,
+    TallyRule,
 )
 
 VoidOutcome = Literal["written", "arrived", "gone"]
@@ -74,7 +74,7 @@ class FencedWrites(TableAccess):
 
     def decrement(
         self,
-        rule: CountRule | SumRule,
+        rule: TallyRule,
         key: Key,
         delta: Decimal,
         marker: str,

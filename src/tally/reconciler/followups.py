@@ -9,7 +9,7 @@ from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.reporter import Reporter
 from tally.reconciler.scheduling import CASCADE, Scheduler, Settle
-from tally.rules import CountRule, Key, SequenceRule, SumRule
+from tally.rules import AnyRule, Key
 
 
 def observation(finding: Finding) -> Observed:
@@ -47,13 +47,13 @@ class Followups:
         """A finding that waits for a look: part of the state, not alerted yet."""
         self._reporter.unconfirmed(finding)
 
-    def consistent(self, rule: CountRule | SumRule | SequenceRule, key: Key) -> None:
+    def consistent(self, rule: AnyRule, key: Key) -> None:
         """The parent is consistent again: a drift that returns is news."""
         self._reporter.clear_standing(rule.name, key)
 
     def judge_orphans(
         self,
-        rule: CountRule | SumRule | SequenceRule,
+        rule: AnyRule,
         key: Key,
         finding: Finding,
         observed: Observed | None,
@@ -71,7 +71,7 @@ class Followups:
 
     def look_again(
         self,
-        rule: CountRule | SumRule | SequenceRule,
+        rule: AnyRule,
         key: Key,
         finding: Finding,
         reason: str,

@@ -31,7 +31,7 @@ from tally.reconciler.scheduling import INDEX_CONFIRM, INDEX_MOVED
 from tally.reconciler.unindexed import finding as unindexed_finding
 from tally.reconciler.unindexed import read_unindexed
 from tally.reconciler.verification import Reconciler
-from tally.rules import AnyRule, CountRule, Key, SequenceRule, SumRule
+from tally.rules import AnyRule, Key, SequenceRule, TallyRule
 
 # Looks an inline audit takes itself: a parent whose children are found through an index
 # needs three (docs/verification.md, "Children found through an index"); later ones are
@@ -95,7 +95,7 @@ class Audit:
         reconciler.hold_cascade_rechecks(None if defer else self._later)
         reconciler.audit_parent(target, key)  # aggregated: a finding only a lag later
 
-    def check_unindexed(self, target: CountRule | SumRule, key: Key) -> None:
+    def check_unindexed(self, target: TallyRule, key: Key) -> None:
         """A child-like item the index could not hold when the engine read it: read again
         (consistently), and reported as ``unindexed`` if it still is; never repaired."""
         self.report.unindexed += 1
@@ -114,7 +114,7 @@ class Audit:
         for candidate in candidates:
             target = self.reconciler.rules[candidate.rule]
             if candidate.problems.get("unindexed"):
-                assert isinstance(target, CountRule | SumRule)  # parse_candidate checked it
+                assert isinstance(target, TallyRule)  # parse_candidate checked it
                 self.check_unindexed(target, candidate.key)
                 continue
             self.report.parents[target.name] += 1

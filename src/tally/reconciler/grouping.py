@@ -42,12 +42,12 @@ from tally.reconciler.stream_images import (
 from tally.rules import (
     AnyRule,
     AttributeMembers,
-    CountRule,
     Key,
     Match,
     RuleSet,
     SequenceRule,
     SumRule,
+    TallyRule,
 )
 
 
@@ -219,7 +219,7 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
         return
     evidence = Evidence(sequence_number, event, keys, at=at)
     group.evidence.append(evidence)
-    if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, CountRule | SumRule):
+    if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, TallyRule):
         if rule.on_ttl_expiry == "decrement":
             group.expiries.append(
                 Expiry(keys, delta.copy_negate(), str(record["eventID"]), evidence)
@@ -233,7 +233,7 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
 def _named_by(rule: AnyRule, rules: RuleSet, image: Mapping[str, Any]) -> Key | None:
     """The parent a child found through an index names in one image (None: none); only the
     index's key attributes are deserialized."""
-    assert isinstance(rule, CountRule | SumRule) and rule.through is not None
+    assert isinstance(rule, TallyRule) and rule.through is not None
     values = {name: attr(image, name) for name in rule.through.attributes}
     present = {name: value for name, value in values.items() if value is not MISSING}
     return rule.indexed_parent(present, rules.table)

@@ -10,7 +10,7 @@ from tally.reconciler.changes import Group
 from tally.reconciler.counts import Counts
 from tally.reconciler.sequences import Sequences
 from tally.reconciler.stats import Outcome
-from tally.rules import CountRule, SequenceRule, SumRule
+from tally.rules import SequenceRule, TallyRule
 
 
 class GroupVerifier:
@@ -46,7 +46,7 @@ class GroupVerifier:
         """Verify one group; what it came to (``Outcome.reached_table``: past the stream)."""
         rule = group.rule
         outcomes = []
-        if isinstance(rule, CountRule | SumRule):
+        if isinstance(rule, TallyRule):
             outcomes = self._counts.apply_ttl_expiries(rule, group)
         elif group.ledger:
             # Before any judgement: a later recheck reads the members from the ledger.

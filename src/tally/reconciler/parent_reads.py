@@ -9,7 +9,7 @@ from tally.core.dynamodb import Names, deserialize, serialize
 from tally.core.numbers import NULL, add, number
 from tally.reconciler.protocol.judgement import ChildTotal, ParentState
 from tally.reconciler.table_access import ABSENT, TableAccess
-from tally.rules import AnyRule, CountRule, Key, SumRule
+from tally.rules import AnyRule, Key, SumRule, TallyRule
 
 Item = dict[str, Any]
 
@@ -38,7 +38,7 @@ class ParentReads(TableAccess):
             revision = NULL  # a NULL revision is no absent one: no repair can bump it
         return ParentState(True, item.get(rule.counter, ABSENT), revision)
 
-    def tally_children(self, rule: CountRule | SumRule, parent_key: Key) -> ChildTotal:
+    def tally_children(self, rule: TallyRule, parent_key: Key) -> ChildTotal:
         """Count or sum the children with paginated consistent queries (children found
         through an index: ``tally_indexed``)."""
         if rule.through is not None:
@@ -58,7 +58,7 @@ class ParentReads(TableAccess):
             items += [deserialize(raw) for raw in page.get("Items", [])]
         return self._tally(rule, children, items)
 
-    def _tally(self, rule: CountRule | SumRule, children: int, items: list[Item]) -> ChildTotal:
+    def _tally(self, rule: TallyRule, children: int, items: list[Item]) -> ChildTotal:
         """The truth over ``children`` children: their number, or the sum of the amounts the
         ``items`` hold (an amount that is no number counts 0, and is listed)."""
         if not isinstance(rule, SumRule):
@@ -73,7 +73,7 @@ class ParentReads(TableAccess):
         return ChildTotal(total, children, tuple(unreadable))
 
     def tally_indexed(
-        self, rule: CountRule | SumRule, parent_key: Key, counter: Any, *, confirm: bool = True
+        self, rule: TallyRule, parent_key: Key, counter: Any, *, confirm: bool = True
     ) -> ChildTotal:
         """Count or sum the children found through the rule's index.
 
@@ -125,7 +125,7 @@ class ParentReads(TableAccess):
         ]
         return self._tally(rule, len(confirmed), confirmed)
 
-    def has_more_children(self, rule: CountRule | SumRule, parent_key: Key, than: int) -> bool:
+    def has_more_children(self, rule: TallyRule, parent_key: Key, than: int) -> bool:
         """Does the parent have more than ``than`` children? One ``Select=COUNT`` query of at
         most ``than + 1`` children (about 1 RCU for small ones), not a recount."""
         request = self._children_request(rule, parent_key)
@@ -134,7 +134,7 @@ class ParentReads(TableAccess):
         self.reads.add(response, response["ScannedCount"])
         return response["Count"] > than or "LastEvaluatedKey" in response
 
-    def _children_request(self, rule: CountRule | SumRule, parent_key: Key) -> dict[str, Any]:
+    def _children_request(self, rule: TallyRule, parent_key: Key) -> dict[str, Any]:
         """A consistent query of the parent's children: they share its partition, under a
         prefix of a string sort key, or (number sort key) at every positive number."""
         assert self._sk is not None

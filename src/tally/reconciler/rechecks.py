@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tally.reconciler.protocol.lifecycle import Observed
-from tally.rules import AnyRule, CountRule, SumRule
+from tally.rules import AnyRule, TallyRule
 
 # SQS refuses a DelaySeconds outside 0..900 (15 minutes).
 MAX_DELAY_SECONDS = 900
@@ -111,9 +111,7 @@ def mergeable(rules: Iterable[AnyRule]) -> frozenset[str]:
     """The rules whose looks ``merge_index_looks`` merges: children found through an index,
     kept by writers (a counter an aggregator keeps is judged a lag apart, unmerged)."""
     return frozenset(
-        r.name
-        for r in rules
-        if isinstance(r, CountRule | SumRule) and r.through and r.lag_seconds is None
+        r.name for r in rules if isinstance(r, TallyRule) and r.through and r.lag_seconds is None
     )
 
 

@@ -21,7 +21,7 @@ from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.reporter import Reporter
-from tally.rules import AnyRule, CountRule, Key, SequenceRule, SumRule
+from tally.rules import AnyRule, Key, SequenceRule, TallyRule
 
 Written = TypeVar("Written")
 # The fenced write: given the marker and the audit items that commit with it, its outcome.
@@ -45,7 +45,7 @@ class Repairer:
 
     def set_counter(
         self,
-        rule: CountRule | SumRule | SequenceRule,
+        rule: AnyRule,
         finding: Finding,
         why: str,
         state: ParentState,
@@ -86,7 +86,7 @@ class Repairer:
         """Whether a TTL expiry may be applied as a decrement now."""
         return self.policy.enabled and not self.policy.dry_run
 
-    def decrement(self, rule: CountRule | SumRule, key: Key, expiry: Expiry) -> DecrementOutcome:
+    def decrement(self, rule: TallyRule, key: Key, expiry: Expiry) -> DecrementOutcome:
         """Apply a TTL expiry's decrement once: its marker is the expiry's own."""
         marker = f"ttl:{expiry.event_id}"
         logged = self._store.marker_put(marker, key)

@@ -8,7 +8,7 @@ from tally.reconciler.audit_watermarks import AuditWatermarks
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.stats import StatsBook
-from tally.rules import CountRule, Key, SequenceRule, SumRule
+from tally.rules import AnyRule, Key, SequenceRule
 
 # Why a parent is looked at again (second looks of parents that are gone, and the looks of
 # a parent whose children are found through an index).
@@ -49,7 +49,7 @@ class Scheduler:
 
     def schedule(
         self,
-        rule: CountRule | SumRule | SequenceRule,
+        rule: AnyRule,
         key: Key,
         counter_seen: int,
         reason: str,
@@ -87,7 +87,7 @@ class Scheduler:
         self._queue.schedule(recheck, delay)
         self._stats().rechecks += 1
 
-    def _delay(self, rule: CountRule | SumRule | SequenceRule, carry_since: int) -> int:
+    def _delay(self, rule: AnyRule, carry_since: int) -> int:
         if isinstance(rule, SequenceRule):
             return rule.grace_seconds
         if carry_since:

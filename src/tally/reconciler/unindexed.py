@@ -20,10 +20,9 @@ from typing import Any
 from tally.core.dynamodb import deserialize, serialize
 from tally.core.numbers import type_name
 from tally.reconciler.findings import Finding, child_finding
-from tally.rules import CountRule, IndexChildren, Key, SumRule, TableKeys
+from tally.rules import IndexChildren, Key, TableKeys, TallyRule
 from tally.rules.key_patterns import checks_pass
 
-TallyRule = CountRule | SumRule
 # What a global secondary index's key attribute can hold: DynamoDB's scalar key types.
 INDEX_KEY_TYPES = frozenset({"S", "N", "B"})
 WHY_NOT_REPAIRED = "whether the item is a child, and of which parent, is the application's call"

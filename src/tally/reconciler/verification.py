@@ -30,7 +30,7 @@ from tally.reconciler.scheduling import Scheduler, Settle
 from tally.reconciler.sequences import Sequences
 from tally.reconciler.stats import Stats, StatsBook
 from tally.reconciler.table import TallyTable
-from tally.rules import CountRule, Key, RuleSet, SequenceRule, SumRule
+from tally.rules import AnyRule, Key, RuleSet, SequenceRule, TallyRule
 
 
 class Reconciler:
@@ -152,14 +152,12 @@ class Reconciler:
 
     # --- for the full audit ----------------------------------------------------------------
 
-    def audit_parent(self, rule: CountRule | SumRule, key: Key) -> None:
+    def audit_parent(self, rule: TallyRule, key: Key) -> None:
         """Recount one parent as its stream batch would (an aggregated one: a lag later; one
         whose children are found through an index: confirmed a grace later)."""
         self.stats.count(self._counts.verify(rule, key, None))
 
-    def schedule_recheck(
-        self, rule: CountRule | SumRule | SequenceRule, key: Key, counter_seen: int, reason: str
-    ) -> None:
+    def schedule_recheck(self, rule: AnyRule, key: Key, counter_seen: int, reason: str) -> None:
         self._scheduler.schedule(rule, key, counter_seen, reason)
 
     def send_recheck(self, recheck: Recheck, delay: int) -> None:

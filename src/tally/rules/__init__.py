@@ -39,6 +39,7 @@ from tally.rules.model import (
     SequenceRule,
     SumRule,
     TableKeys,
+    TallyRule,
 )
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "SequenceRule",
     "SumRule",
     "TableKeys",
+    "TallyRule",
     "load_rules",
     "parse_rules",
 ]

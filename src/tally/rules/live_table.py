@@ -14,12 +14,12 @@ from tally.core.dynamodb import deserialize
 from tally.rules.key_patterns import key_text
 from tally.rules.model import (
     AnyRule,
-    CountRule,
     IndexMembers,
     RuleSet,
     SequenceRule,
     SumRule,
     TableKeys,
+    TallyRule,
 )
 
 STREAM_VIEW = "NEW_AND_OLD_IMAGES"
@@ -144,7 +144,7 @@ def schema_problems(rules: RuleSet, shape: TableShape) -> list[str]:
 
 def _through_problems(rule: AnyRule, shape: TableShape) -> Iterator[tuple[str, str]]:
     """Why the index a ``through`` rule reads cannot give it its children, by field."""
-    if not isinstance(rule, CountRule | SumRule) or rule.through is None:
+    if not isinstance(rule, TallyRule) or rule.through is None:
         return
     through, table = rule.through, shape.name
     if through.index not in shape.indexes:

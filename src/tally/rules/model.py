@@ -453,7 +453,8 @@ class SequenceRule(_RuleBase):
         return ordinal if ordinal > 0 else None
 
 
-AnyRule = CountRule | SumRule | SequenceRule
+TallyRule = CountRule | SumRule  # a rule whose counter tallies children: a count or a sum
+AnyRule = TallyRule | SequenceRule
 Rule = Annotated[AnyRule, Field(discriminator="kind")]
 
 
@@ -567,7 +568,7 @@ class RuleSet:
             return _Compiled(
                 rule, parent, "member", _checks(rule.member_pattern(keys)), lambda _: dict(counter)
             )
-        if isinstance(rule, CountRule | SumRule) and rule.through is not None:
+        if isinstance(rule, TallyRule) and rule.through is not None:
             # Its parent is in its image (rule.indexed_parent), old and new: not in its key.
             return _Compiled(rule, parent, "indexed", _checks(rule.child_pattern(keys)), _unnamed)
         assert keys.sort_key is not None

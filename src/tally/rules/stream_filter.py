@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally.rules.key_patterns import Pattern
-from tally.rules.model import CountRule, RuleSet, SumRule
+from tally.rules.model import RuleSet, TallyRule
 
 _EVERYTHING: list[Any] = [{"exists": True}]
 
@@ -25,7 +25,7 @@ def partition_patterns(rules: RuleSet) -> list[Pattern] | None:
     for rule in rules:
         claimed = (
             rule.child_pattern(rules.table)
-            if isinstance(rule, CountRule | SumRule)
+            if isinstance(rule, TallyRule)
             else rule.member_pattern(rules.table)
         )
         if pk not in claimed:

@@ -15,7 +15,6 @@ from tally.rules.model import (
     AnyRule,
     AttributeMembers,
     CollectionMembers,
-    CountRule,
     IndexMembers,
     KeyPattern,
     PartitionMembers,
@@ -23,6 +22,7 @@ from tally.rules.model import (
     SequenceRule,
     SumRule,
     TableKeys,
+    TallyRule,
 )
 
 
@@ -134,7 +134,7 @@ def _rule_problems(rule: AnyRule, keys: TableKeys) -> Iterator[str]:
         return
     if keys.sort_key is not None and parent[keys.sort_key].is_prefix:
         yield "field 'parent': the sort key must be exact (one parent per partition)"
-    if isinstance(rule, CountRule | SumRule):
+    if isinstance(rule, TallyRule):
         yield from _children_problems(rule, keys)
         return
     members = rule.members
@@ -163,7 +163,7 @@ def _rule_problems(rule: AnyRule, keys: TableKeys) -> Iterator[str]:
         yield f"field 'members.{keys.sort_key}': the sort key must be exact"
 
 
-def _children_problems(rule: CountRule | SumRule, keys: TableKeys) -> Iterator[str]:
+def _children_problems(rule: TallyRule, keys: TableKeys) -> Iterator[str]:
     if rule.through is not None:
         yield from _indexed_children_problems(rule, keys)
     elif keys.sort_key is None:
@@ -178,7 +178,7 @@ def _children_problems(rule: CountRule | SumRule, keys: TableKeys) -> Iterator[s
         yield f"field 'children': the sort key must be {what}"
 
 
-def _indexed_children_problems(rule: CountRule | SumRule, keys: TableKeys) -> Iterator[str]:
+def _indexed_children_problems(rule: TallyRule, keys: TableKeys) -> Iterator[str]:
     through = rule.through
     assert through is not None
     if not rule.children:
@@ -219,7 +219,7 @@ def _numbered_problems(
 
 def _pattern_fields(rule: AnyRule) -> Iterator[tuple[str, Mapping[str, str]]]:
     yield "parent", rule.parent
-    if isinstance(rule, CountRule | SumRule):
+    if isinstance(rule, TallyRule):
         yield "children", rule.children
     else:
         yield "members", rule.members.key
@@ -227,7 +227,7 @@ def _pattern_fields(rule: AnyRule) -> Iterator[tuple[str, Mapping[str, str]]]:
 
 def _claims(rule: AnyRule, keys: TableKeys) -> list[tuple[str, KeyPattern]]:
     """The (field, key pattern) pairs of items this rule counts as children or members."""
-    if isinstance(rule, CountRule | SumRule):
+    if isinstance(rule, TallyRule):
         return [("children", rule.child_pattern(keys))]
     return [("members", rule.member_pattern(keys))]
 

@@ -12,7 +12,7 @@ from typing import Any
 import tally.writers.indexed as indexed
 import tally.writers.items as items
 from tally.core.dynamodb import Names, serialize
-from tally.rules import CountRule, Key, SumRule, TableKeys
+from tally.rules import Key, SumRule, TableKeys, TallyRule
 from tally.writers.errors import InvalidRequestError
 from tally.writers.transactions import number_or_none
 
@@ -30,7 +30,7 @@ class Fence:
     values: dict[str, Any]
 
 
-def fence(rule: CountRule | SumRule, keys: TableKeys, current: Mapping[str, Any]) -> Fence:
+def fence(rule: TallyRule, keys: TableKeys, current: Mapping[str, Any]) -> Fence:
     """``attribute_exists`` of the key, each index attribute (rules with ``through``) as
     ``current`` holds it, and for a sum rule its amount (absent when the item holds none, 0
     or absent when it holds 0)."""
@@ -64,7 +64,7 @@ def fenced_writes(
     operation: str,
     key: Key,
     parent_key: Key,
-    rule: CountRule | SumRule,
+    rule: TallyRule,
     current: dict[str, Any],
     new: Decimal | None,
     index: Mapping[str, Any] | None,
@@ -123,9 +123,7 @@ def fenced_writes(
     return entry, parents
 
 
-def moved_parent(
-    rule: CountRule | SumRule, keys: TableKeys, image: Mapping[str, Any]
-) -> Key | None:
+def moved_parent(rule: TallyRule, keys: TableKeys, image: Mapping[str, Any]) -> Key | None:
     """The parent a moved child's image names; None when it leaves the count on purpose
     (no index key, another status), a refusal when its index key names no parent."""
     if rule.indexed_parent(image, keys) is None and indexed.leaves_deliberately(rule, image):

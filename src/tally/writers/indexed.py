@@ -17,11 +17,11 @@ from decimal import Decimal
 from typing import Any
 
 import tally.writers.items as items
-from tally.rules import CountRule, IndexChildren, Key, SumRule, TableKeys
+from tally.rules import IndexChildren, Key, TableKeys, TallyRule
 from tally.writers.errors import Field, InvalidRequestError
 
 
-def through(rule: CountRule | SumRule) -> IndexChildren:
+def through(rule: TallyRule) -> IndexChildren:
     assert rule.through is not None
     return rule.through
 
@@ -32,9 +32,7 @@ def field_of(name: str, keys: TableKeys, base: Field) -> Field:
     return ("key", name) if name in keys.names else (*base, name)
 
 
-def named_parent(
-    rule: CountRule | SumRule, item: Mapping[str, Any], keys: TableKeys, base: Field
-) -> Key:
+def named_parent(rule: TallyRule, item: Mapping[str, Any], keys: TableKeys, base: Field) -> Key:
     """The parent ``item`` names; a refusal naming the index attribute at fault if none."""
     parent = rule.indexed_parent(item, keys)
     if parent is None:
@@ -51,7 +49,7 @@ def named_parent(
 
 
 def check_index_keys(
-    rule: CountRule | SumRule, keys: TableKeys, values: Mapping[str, Any], base: Field
+    rule: TallyRule, keys: TableKeys, values: Mapping[str, Any], base: Field
 ) -> None:
     """An index key attribute written is a non-empty string, a number or non-empty bytes (an
     index takes nothing else as a key); None (a move removing it) passes."""
@@ -69,7 +67,7 @@ def check_index_keys(
 
 
 def refused_index_key(
-    messages: list[str], rule: CountRule | SumRule, written: Mapping[str, Any]
+    messages: list[str], rule: TallyRule, written: Mapping[str, Any]
 ) -> str | None:
     """The index key attribute DynamoDB refused, when its messages say it refused one (a type
     the index does not declare): the one a message names, else the first one written that is
@@ -89,7 +87,7 @@ def refused_index_key(
 
 
 def no_parent(
-    rule: CountRule | SumRule, item: Mapping[str, Any], keys: TableKeys, base: Field
+    rule: TallyRule, item: Mapping[str, Any], keys: TableKeys, base: Field
 ) -> InvalidRequestError:
     """Why ``item`` is no child of ``rule``, on the index attribute at fault."""
     index = through(rule)
@@ -117,7 +115,7 @@ def no_parent(
     )
 
 
-def leaves_deliberately(rule: CountRule | SumRule, item: Mapping[str, Any]) -> bool:
+def leaves_deliberately(rule: TallyRule, item: Mapping[str, Any]) -> bool:
     """Whether an item that names no parent does so on purpose: no index partition key (it
     left the sparse index) or a status outside the counted prefix. An index partition key
     naming no parent of the rule's, under a counted status (or with no prefix), is a
@@ -135,7 +133,7 @@ def leaves_deliberately(rule: CountRule | SumRule, item: Mapping[str, Any]) -> b
 
 
 def index_values(
-    rule: CountRule | SumRule, keys: TableKeys, values: Mapping[str, Any], base: Field
+    rule: TallyRule, keys: TableKeys, values: Mapping[str, Any], base: Field
 ) -> dict[str, Any]:
     """A move's index key values (None: remove the attribute), checked: only the index's
     key attributes that are not the table's own may move."""

@@ -9,12 +9,12 @@ from typing import Any
 
 import tally.writers.items as items
 from tally.core.dynamodb import Cancelled, Names, serialize
-from tally.rules import CountRule, Key, SumRule, TableKeys
+from tally.rules import Key, SumRule, TableKeys, TallyRule
 from tally.writers.errors import InvalidCounterError, ParentNotFoundError
 from tally.writers.transactions import REVISION_LIMIT, number_or_none, old_item, revision_guard
 
 
-def total_limit(rule: CountRule | SumRule) -> Decimal:
+def total_limit(rule: TallyRule) -> Decimal:
     """The largest counter a writer adds to: 38 digits, ``scale`` of them decimal places."""
     scale = rule.scale if isinstance(rule, SumRule) else 0
     return Decimal((0, (9,) * items.MAX_DIGITS, -scale))
@@ -23,7 +23,7 @@ def total_limit(rule: CountRule | SumRule) -> Decimal:
 def parent_update(
     table: str,
     parent_key: Key,
-    rule: CountRule | SumRule,
+    rule: TallyRule,
     delta: Decimal,
     keys: TableKeys,
 ) -> dict[str, Any]:
@@ -65,9 +65,7 @@ def parent_update(
     }
 
 
-def judge_parent(
-    parent: Mapping[str, Any] | None, key: Key, rule: CountRule | SumRule
-) -> Mapping[str, Any]:
+def judge_parent(parent: Mapping[str, Any] | None, key: Key, rule: TallyRule) -> Mapping[str, Any]:
     """The parent, after ParentNotFound or InvalidCounter for what a writer cannot add to."""
     if parent is None:
         raise ParentNotFoundError(key)
@@ -82,7 +80,7 @@ def raise_for_parent(
     cancelled: Cancelled,
     index: int,
     key: Key,
-    rule: CountRule | SumRule,
+    rule: TallyRule,
     delta: Decimal,
     out_of_range: Exception | None = None,
 ) -> None:

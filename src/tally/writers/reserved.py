@@ -5,15 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tally.rules import (
-    REPAIR_MARKER,
-    AnyRule,
-    CountRule,
-    IndexMembers,
-    RuleSet,
-    SequenceRule,
-    SumRule,
-)
+from tally.rules import REPAIR_MARKER, AnyRule, IndexMembers, RuleSet, SequenceRule, TallyRule
 from tally.writers.errors import Field, InvalidRequestError
 
 
@@ -30,7 +22,7 @@ def reserved_attributes(rules: RuleSet, rule: AnyRule) -> dict[str, str]:
             reserved[other.members.sequence_attribute] = why
             reserved[other.members.number] = f"holds rule {other.name!r}'s sequence numbers"
     ttl = rules.table.ttl_attribute
-    expiry_counts = isinstance(rule, CountRule | SumRule) and rule.on_ttl_expiry == "decrement"
+    expiry_counts = isinstance(rule, TallyRule) and rule.on_ttl_expiry == "decrement"
     if ttl and not expiry_counts:
         reserved[ttl] = (
             f"is the table's TTL attribute: an expiry would remove the item behind rule "

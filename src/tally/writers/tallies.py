@@ -29,7 +29,7 @@ from tally.core.dynamodb import (
     serialize,
     transact,
 )
-from tally.rules import CountRule, Key, Match, SumRule
+from tally.rules import Key, Match, SumRule, TallyRule
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
@@ -73,7 +73,7 @@ class _Write:
     operation: _Operation
     key: Key
     parent_key: Key
-    rule: CountRule | SumRule
+    rule: TallyRule
     keyed: Keyed | None
     new: Decimal | None = None
     index: Mapping[str, Any] | None = None
@@ -96,7 +96,7 @@ class TallyWriter(GuardedWriter):
         (and the status, for a rule with ``sort_prefix``): they name its parent."""
         match = self._match(key)
         rule = match.rule
-        assert isinstance(rule, CountRule | SumRule)
+        assert isinstance(rule, TallyRule)
         item = self._child_item(rule, key, attributes or {})
         parent_key = match.parent_key
         if rule.through is not None:
@@ -118,7 +118,7 @@ class TallyWriter(GuardedWriter):
         """Delete the child if present and subtract 1 (count) or its amount (sum)."""
         match = self._match(key)
         rule = match.rule
-        assert isinstance(rule, CountRule | SumRule)
+        assert isinstance(rule, TallyRule)
         keyed = self.guards.request(idempotency_key, "remove", key)
         write = _Write("remove", dict(key), match.parent_key, rule, keyed)
         if isinstance(rule, SumRule) or rule.through is not None:
@@ -158,7 +158,7 @@ class TallyWriter(GuardedWriter):
         then no parent). ``changed``, ``unchanged`` or ``not_present``."""
         match = self._match(key)
         rule = match.rule
-        assert isinstance(rule, CountRule | SumRule)
+        assert isinstance(rule, TallyRule)
         if rule.through is None:
             raise InvalidRequestError(
                 ("key",),
@@ -189,7 +189,7 @@ class TallyWriter(GuardedWriter):
 
     def _child_item(
         self,
-        rule: CountRule | SumRule,
+        rule: TallyRule,
         key: Mapping[str, str],
         attributes: Mapping[str, Any],
     ) -> dict[str, Any]:

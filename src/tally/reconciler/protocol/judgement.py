@@ -8,9 +8,8 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from tally.core.numbers import ONE, add, counter_problem, fit, representable
-from tally.rules import CountRule, Key, SequenceRule, SumRule
+from tally.rules import CountRule, Key, SequenceRule, SumRule, TallyRule
 
-TallyRule = CountRule | SumRule
 Kind = Literal[
     "drift",
     "gap",

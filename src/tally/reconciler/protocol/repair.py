@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from tally.reconciler.protocol.judgement import Kind, TallyRule, valid_revision
-from tally.rules import SequenceRule
+from tally.reconciler.protocol.judgement import Kind, valid_revision
+from tally.rules import SequenceRule, TallyRule
 
 Refused = Literal["skipped", "disabled", "dry_run"]
 
