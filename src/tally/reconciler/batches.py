@@ -14,12 +14,12 @@ from botocore.exceptions import ClientError
 from tally.reconciler.audit_store import AuditLog
 from tally.reconciler.changes import Batch, Claim, Group
 from tally.reconciler.grouping import fold_record
-from tally.reconciler.stats import Outcome, StatsBook
+from tally.reconciler.stats import Done, Outcome, StatsBook
 from tally.rules import RuleSet
 
-# One group's verification, and what it came to (past the stream to the table: alerts of its
-# repairs may wait in the outbox).
-VerifyGroup = Callable[[Group], list[Outcome]]
+# One group's verification, appending what it came to (past the stream to the table: alerts
+# of its repairs may wait in the outbox).
+VerifyGroup = Callable[[Group, Done], None]
 # Whether a collection reads nothing from the table (every group proves itself).
 NeedsNoTable = Callable[[list[Group]], bool]
 
@@ -160,9 +160,9 @@ class CollectionRunner:
                 continue
             stats.groups += 1
             try:
-                outcomes = verify(group)
-                stats.count(outcomes)
-                alerts_pending = Outcome.reached_table(outcomes) or alerts_pending
+                with self._stats.counting() as done:
+                    verify(group, done)
+                alerts_pending = Outcome.reached_table(done) or alerts_pending
             except Exception as error:
                 alerts_pending = True  # the alert of a repair that committed may wait in the outbox
                 # Throttling or an outage mid-check: retry this group's records, only them.

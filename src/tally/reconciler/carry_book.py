@@ -14,7 +14,7 @@ from tally.reconciler.changes import Group
 from tally.reconciler.protocol import carry as carrying
 from tally.reconciler.protocol.carry import Carry, window_left
 from tally.reconciler.scheduling import Scheduler
-from tally.reconciler.stats import Outcome
+from tally.reconciler.stats import Done, Outcome
 from tally.rules import Key, SequenceRule, TallyRule
 
 CarryId = tuple[str, tuple[tuple[str, str], ...]]
@@ -24,8 +24,8 @@ MAX_OPEN_CARRIES = 10_000
 # How long a carry's write may still land after its recheck was scheduled: the write's
 # bounded retries (3 attempts of at most 3 + 15 s) with room to spare.
 CARRY_WRITE_MS = 60_000
-# Recount one parent: (rule, key, first_seen), and what the recount came to.
-Recount = Callable[[TallyRule, Key, str | None], list[Outcome]]
+# Recount one parent: (rule, key, first_seen), appending what the recount came to.
+Recount = Callable[[TallyRule, Key, str | None, Done], None]
 
 
 def now_ms() -> int:
@@ -91,11 +91,10 @@ class CarryBook:
         return Outcome.CARRIED if carry.remainder else Outcome.PROVED
 
     def recheck(
-        self, rule: TallyRule, key: Key, since: int, through: int, recount: Recount
-    ) -> list[Outcome]:
+        self, rule: TallyRule, key: Key, since: int, through: int, recount: Recount, done: Done
+    ) -> bool:
         """The window passed: recount a remainder nothing cancelled, then take off what the
-        recount covered (the records up to the ``through`` it read). What the recounts came
-        to; none: nothing was recounted.
+        recount covered (the records up to the ``through`` it read). True if it recounted.
 
         The recheck is scheduled before its carry is written: one that finds the carry
         still short of the records it names (``through``) overtook a slow write, and comes
@@ -112,25 +111,25 @@ class CarryBook:
                     delay=self._scheduler.carry_seconds,
                     carry_through=through,
                 )
-            return []  # cancelled meanwhile, or a later remainder with its own recheck
-        outcomes = recount(rule, key, seen.first_seen)
+            return False  # cancelled meanwhile, or a later remainder with its own recheck
+        recount(rule, key, seen.first_seen, done)
         for _ in range(self._scheduler.settle.attempts):
             now = self._store.carry(rule.name, key)
             if now.since != since:
-                return outcomes  # cancelled meanwhile: nothing is left to take off
+                return True  # cancelled meanwhile: nothing is left to take off
             carry = carrying.take_off(seen, now, now_ms())
             if carry is None:
                 # Too many digits to carry: a recount now covers every record folded so far.
-                outcomes += recount(rule, key, seen.first_seen)
+                recount(rule, key, seen.first_seen, done)
                 carry = Carry(Decimal(0), now.through)
             if self._store.put_carry(rule.name, key, now, carry):
                 if carry.remainder:  # records folded since the read: their own window
                     self._scheduler.schedule(
                         rule, key, 0, "carried remainder", carry_since=carry.since
                     )
-                return outcomes
+                return True
         self._scheduler.schedule(rule, key, 0, "the carry kept moving", carry_since=since)
-        return outcomes
+        return True
 
     def _note(self, rule: TallyRule | SequenceRule, key: Key, carry: Carry) -> None:
         name = (rule.name, tuple(sorted(key.items())))

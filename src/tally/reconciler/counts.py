@@ -30,7 +30,7 @@ from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.rechecks import MAX_DELAY_SECONDS, Recheck
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED
-from tally.reconciler.stats import Outcome
+from tally.reconciler.stats import Done, Outcome
 from tally.rules import CountRule, Key, SumRule, TallyRule
 
 # Count parents up to this many children are recounted at once instead of carried: a
@@ -91,39 +91,41 @@ class Counts:
         self._followups.schedule(rule, group.parent_key, 0, reason, delay=delay, reference=state)
         return True
 
-    def verify(self, rule: TallyRule, key: Key, sent: Recheck | None) -> list[Outcome]:
+    def verify(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
         """Recount one parent outside a batch (a recheck ``sent`` to it, or the full audit): a
         counter an aggregator keeps is judged a lag apart, children found through an index a
         grace apart, any other at once."""
         observed = sent.observed if sent else None
         if rule.lag_seconds is not None:
-            return self.verify_aggregated(rule, key, observed)
-        if rule.through is not None:
-            return self.verify_indexed(rule, key, sent)
-        return self.verify_parent(rule, key, None, observed=observed)
+            self.verify_aggregated(rule, key, observed, done)
+        elif rule.through is not None:
+            self.verify_indexed(rule, key, sent, done)
+        else:
+            self.verify_parent(rule, key, None, done, observed=observed)
 
     def verify_parent(
         self,
         rule: TallyRule,
         key: Key,
         group: Group | None,
+        done: Done,
         *,
         retry_fence: bool = True,
         first: ParentState | None = None,
         first_seen: str | None = None,
         observed: Observed | None = None,
-    ) -> list[Outcome]:
+    ) -> None:
         """Recount one parent (``first``: its read already taken); repair and report.
 
         ``observed``: the orphans an earlier look saw (children without their parent).
         """
         snapshot = self.settled_recount(rule, key, first)
-        finding, outcome = self._judged(rule, key, snapshot, group, first_seen)
+        finding = self._judged(rule, key, snapshot, group, first_seen, done)
         if snapshot is None or finding is None:
-            return [outcome]
+            return
         if finding.kind == "orphans":
             self._followups.judge_orphans(rule, key, finding, observed)
-            return [outcome]
+            return
         if group is not None and lifecycle.emptied(
             rule.orphan_grace_seconds,
             finding.kind,
@@ -134,20 +136,19 @@ class Counts:
             # Every child went away and nothing else moved: a deletion that takes the
             # children first and the parent next (a BatchWriteItem is no transaction).
             self._followups.look_again(rule, key, finding, EMPTIED)
-            return [outcome]
+            return
         if self.repair(rule, key, snapshot, finding):
-            return [outcome]
+            return
         # Step 3's fence failed: a legitimate write moved the parent. Re-verify.
         if retry_fence:
-            again = self.verify_parent(rule, key, group, retry_fence=False, first_seen=first_seen)
-            return [outcome, *again]
+            self.verify_parent(rule, key, group, done, retry_fence=False, first_seen=first_seen)
+            return
         self._followups.alert(
             finding.with_repair(
                 Repair("failed", "the parent changed during repair twice; a recheck will follow")
             )
         )
         self._followups.schedule(rule, key, 0, "repair fence failed twice")
-        return [outcome]
 
     def _judged(
         self,
@@ -156,24 +157,25 @@ class Counts:
         snapshot: Snapshot | None,
         group: Group | None,
         first_seen: str | None,
-    ) -> tuple[Finding | None, Outcome]:
-        """The finding of a settled recount, and what the recount came to; no finding when
-        there is nothing more to do (the parent never held still and is deferred, or it is
-        consistent)."""
+        done: Done,
+    ) -> Finding | None:
+        """The finding of a settled recount, with what the recount came to in ``done``; none
+        when there is nothing more to do (the parent never held still and is deferred, or it
+        is consistent)."""
         if snapshot is None:
+            done.append(Outcome.DEFERRED)
             self._followups.schedule(rule, key, 0, "parent kept changing during recount")
-            return None, Outcome.DEFERRED
-        self.report_malformed(rule, key, snapshot.tally)
+            return None
         finding = self.finding_of(rule, key, snapshot, group, first_seen)
-        if finding is not None:
-            return finding, Outcome.CHECKED
-        if not self._repairer.writes(rule):
+        done.append(Outcome.CONSISTENT if finding is None else Outcome.CHECKED)
+        self.report_malformed(rule, key, snapshot.tally)
+        if finding is None and not self._repairer.writes(rule):
             self._followups.consistent(rule, key)  # a drift that returns is news
-        return None, Outcome.CONSISTENT
+        return finding
 
-    def recount(self, rule: TallyRule, key: Key, first_seen: str | None) -> list[Outcome]:
+    def recount(self, rule: TallyRule, key: Key, first_seen: str | None, done: Done) -> None:
         """Recount one parent for its carry: the drift dates from the carry's first record."""
-        return self.verify_parent(rule, key, None, first_seen=first_seen)
+        self.verify_parent(rule, key, None, done, first_seen=first_seen)
 
     def repair(self, rule: TallyRule, key: Key, snapshot: Snapshot, finding: Finding) -> bool:
         """Repair and report the finding; False when the fence failed (nothing written)."""
@@ -266,8 +268,8 @@ class Counts:
                 self._followups.alert(malformed_amount(rule, self._table.name, key, child, kind))
 
     def verify_aggregated(
-        self, rule: TallyRule, key: Key, observed: Observed | None
-    ) -> list[Outcome]:
+        self, rule: TallyRule, key: Key, observed: Observed | None, done: Done
+    ) -> None:
         """Judge a counter a stream aggregator keeps: a finding only if it held across the lag.
 
         Whatever deltas were pending at one recount have landed a lag later, so an offset
@@ -277,13 +279,15 @@ class Counts:
         """
         snapshot = self._observed_recount(rule, key, observed)
         if snapshot is None:
+            done.append(Outcome.DEFERRED)
             reason = "parent kept changing during recount"
             self._followups.schedule(rule, key, 0, reason, observed)
-            return [Outcome.DEFERRED]
+            return
         finding = self.finding_of(rule, key, snapshot, None)
+        done.append(Outcome.CONSISTENT if finding is None else Outcome.CHECKED)
         if finding is None:
             self._followups.consistent(rule, key)  # a drift that returns is news
-            return [Outcome.CONSISTENT]
+            return
         seen = observation(finding)
         if finding.kind != "invalid_counter" and not lifecycle.same(observed, seen):
             self._followups.unconfirmed(finding)
@@ -292,14 +296,13 @@ class Counts:
                 reason = "aggregated counter off after its lag"
                 self._followups.schedule(rule, key, 0, reason, seen)
             # Otherwise the offset moved, and the records that moved it bring their rechecks.
-            return [Outcome.CHECKED]
+            return
         held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
         detail = "; ".join(part for part in (finding.detail, held) if part)
         why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
         self._followups.skip(replace(finding, detail=detail), why)
-        return [Outcome.CHECKED]
 
-    def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None) -> list[Outcome]:
+    def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
         """Judge a parent whose children are found through an index, a grace after its change
         (docs/verification.md, "Children found through an index"): only a parent still in the
         state it was ``sent`` with (its reference) and unmoved through the look; otherwise it
@@ -312,19 +315,21 @@ class Counts:
         state = _state(parent)
         if state != (sent.reference if sent else None):
             # Nothing to judge yet. What was seen of a parent that is gone still holds.
+            done.append(Outcome.LEFT)
             self._look_again(rule, key, state, observed if not parent.exists else None, looks)
-            return [Outcome.LEFT]
+            return
         snapshot = self._observed_recount(rule, key, observed, parent)
         if snapshot is not None and not snapshot.parent.same_as(parent):
             # It moved during this look: judged from there, later.
+            done.append(Outcome.LEFT)
             self._look_again(rule, key, _state(snapshot.parent), None, looks)
-            return [Outcome.LEFT]
-        finding, outcome = self._judged(rule, key, snapshot, None, None)
+            return
+        finding = self._judged(rule, key, snapshot, None, None, done)
         if snapshot is None or finding is None:
-            return [outcome]
+            return
         if finding.kind == "orphans":  # a second look of its own, an orphan grace later
             self._followups.judge_orphans(rule, key, finding, observed)
-            return [outcome]
+            return
         seen = observation(finding)
         assert rule.through is not None
         grace = rule.through.grace_seconds
@@ -333,13 +338,12 @@ class Counts:
             self._followups.schedule(
                 rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
             )
-            return [outcome]
+            return
         held = f"the same counter and truth through index {rule.through.index!r} {grace} s apart"
         finding = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: look again, from what is there then.
             self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
-        return [outcome]
 
     def _observed_recount(
         self, rule: TallyRule, key: Key, observed: Observed | None, first: ParentState | None = None
@@ -364,11 +368,11 @@ class Counts:
             rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
         )
 
-    def apply_ttl_expiries(self, rule: TallyRule, group: Group) -> list[Outcome]:
+    def apply_ttl_expiries(self, rule: TallyRule, group: Group, done: Done) -> None:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""
         if not group.expiries:
-            return []
-        refused, applied = [], []
+            return
+        refused = []
         if not self._repairer.may_decrement() or group.parent_removed:
             # No writes allowed, or the parent was removed (and perhaps made again) in this
             # batch: its new life owes these children nothing. They count as removals.
@@ -377,14 +381,13 @@ class Counts:
             for expiry in group.expiries:
                 outcome = self._repairer.decrement(rule, group.parent_key, expiry)
                 if outcome == "applied":
-                    applied.append(Outcome.DECREMENTED)
+                    done.append(Outcome.DECREMENTED)
                 elif outcome == "refused":
                     refused.append(expiry)
         # Removals the table did not take as decrements surface through the recount.
         group.child_delta = subtract(group.child_delta, exact_sum(e.delta for e in refused))
         group.ttl_removed = group.ttl_removed or bool(refused)
         group.expiries = []
-        return applied
 
 
 def _state(parent: ParentState) -> str:

@@ -9,7 +9,7 @@ from tally.reconciler.carry_book import CarryBook
 from tally.reconciler.changes import Group
 from tally.reconciler.counts import Counts
 from tally.reconciler.sequences import Sequences
-from tally.reconciler.stats import Outcome
+from tally.reconciler.stats import Done, Outcome
 from tally.rules import SequenceRule, TallyRule
 
 
@@ -42,26 +42,30 @@ class GroupVerifier:
             for group in groups
         )
 
-    def verify(self, group: Group) -> list[Outcome]:
-        """Verify one group; what it came to (``Outcome.reached_table``: past the stream)."""
+    def verify(self, group: Group, done: Done) -> None:
+        """Verify one group, appending what it came to (``Outcome.reached_table``: past the
+        stream)."""
         rule = group.rule
-        outcomes = []
         if isinstance(rule, TallyRule):
-            outcomes = self._counts.apply_ttl_expiries(rule, group)
+            self._counts.apply_ttl_expiries(rule, group, done)
         elif group.ledger:
             # Before any judgement: a later recheck reads the members from the ledger.
             self._sequences.ledger.record(rule, group.parent_key, group.ledger)
         if self.proves_itself(group):
-            return [*outcomes, Outcome.PROVED]
+            done.append(Outcome.PROVED)
+            return
         if isinstance(rule, SequenceRule):
+            done.append(Outcome.LEFT)
             self._sequences.verify_group(rule, group)
-            return [*outcomes, Outcome.LEFT]
+            return
         if self._counts.left_to_recheck(rule, group):
-            return [*outcomes, Outcome.LEFT]
+            done.append(Outcome.LEFT)
+            return
         first = None
         if group.carriable and self.carrying:
             small, first = self._counts.measure_parent(rule, group)
             carried = None if small else self._carries.carry(rule, group)
             if carried is not None:
-                return [*outcomes, carried]
-        return [*outcomes, *self._counts.verify_parent(rule, group.parent_key, group, first=first)]
+                done.append(carried)
+                return
+        self._counts.verify_parent(rule, group.parent_key, group, done, first=first)

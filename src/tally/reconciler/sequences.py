@@ -23,7 +23,7 @@ from tally.reconciler.protocol.judgement import Kind, ParentState, valid_revisio
 from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.rechecks import Recheck
 from tally.reconciler.repairer import Repairer
-from tally.reconciler.stats import Outcome
+from tally.reconciler.stats import Done, Outcome
 from tally.rules import AttributeMembers, Key, SequenceRule
 
 # Missing runs longer than this are one summarised finding: voiding 10^9 numbers one by
@@ -101,7 +101,7 @@ class Sequences:
                 )
             )
 
-    def recheck(self, rule: SequenceRule, recheck: Recheck) -> list[Outcome]:
+    def recheck(self, rule: SequenceRule, recheck: Recheck, done: Done) -> None:
         """The authoritative check of one sequence, after its grace period.
 
         Members are read before the counter, so a number allocated meanwhile can only make
@@ -116,26 +116,32 @@ class Sequences:
             recheck = replace(recheck, counter_seen=0, epoch=epoch)
         members = self.member_numbers(rule, key, above=watermark)
         counter = self._table.read_parent(rule, key)
-        anchor, gone = self.sequence_anchor(rule, key, counter, watermark, members, recheck)
-        if anchor is None:
-            return [gone]
-        held = Counter(number for number, _ in members)
-        found = 0
-        if rule.has_counter:
-            highest = max(held, default=watermark)
-            found += self.raise_counter_to_members(rule, key, counter, highest, recheck)
-        found += self.report_duplicates(rule, key, held)
-        for low, high in gaps.missing_runs(watermark, recheck.counter_seen, held):
-            voided = self.void_missing_run(
-                rule, key, low, high, counter.counter, recheck, held, anchor
+        consistent = False  # checked from here on; consistent once nothing is found
+        try:
+            anchor, consistent = self.sequence_anchor(
+                rule, key, counter, watermark, members, recheck
             )
-            if voided is None:
-                break  # the sequence went away meanwhile: nothing more is judged under it
-            found += voided
-        contiguous = gaps.contiguous(watermark, held)
-        if contiguous > watermark:
-            self._store.advance_watermark(rule.name, key, contiguous)
-        return [Outcome.CHECKED if found else Outcome.CONSISTENT]
+            if anchor is None:
+                return
+            held = Counter(number for number, _ in members)
+            found = 0
+            if rule.has_counter:
+                highest = max(held, default=watermark)
+                found += self.raise_counter_to_members(rule, key, counter, highest, recheck)
+            found += self.report_duplicates(rule, key, held)
+            for low, high in gaps.missing_runs(watermark, recheck.counter_seen, held):
+                voided = self.void_missing_run(
+                    rule, key, low, high, counter.counter, recheck, held, anchor
+                )
+                if voided is None:
+                    break  # the sequence went away meanwhile: nothing more is judged under it
+                found += voided
+            consistent = not found
+            contiguous = gaps.contiguous(watermark, held)
+            if contiguous > watermark:
+                self._store.advance_watermark(rule.name, key, contiguous)
+        finally:
+            done.append(Outcome.CONSISTENT if consistent else Outcome.CHECKED)
 
     def sequence_anchor(
         self,
@@ -145,17 +151,18 @@ class Sequences:
         watermark: int,
         members: list[tuple[int, Key]],
         recheck: Recheck,
-    ) -> tuple[Key | None, Outcome]:
+    ) -> tuple[Key | None, bool]:
         """The item whose existence justifies judging (and voiding) numbers: the counter item,
-        or without a counter the highest member. None: the sequence is not there to judge
-        (consistent: it is gone with its members; checked: its members wait for a look).
+        or without a counter the highest member. None: the sequence is not there to judge;
+        True with it: it is gone with its members, consistent (otherwise its members wait
+        for a look).
 
         A counter item that is gone is no horizon: numbers that went away with it are no
         gaps. Members it left behind are judged like orphans, once they persist; a sequence
         gone with all its members starts again from its first number if its key is reused.
         """
         if rule.has_counter and counter.exists:
-            return key, Outcome.CHECKED
+            return key, False
         # Real members only: a VOID tombstone is the reconciler's own, no sign of life.
         remaining = self.member_numbers(rule, key, watermark, voids=False) if members else []
         if not remaining and watermark:
@@ -163,9 +170,9 @@ class Sequences:
         if not remaining:
             if watermark:
                 self._store.lower_watermark(rule.name, key, 0)
-            return None, Outcome.CONSISTENT
+            return None, True
         if not rule.has_counter:
-            return max(remaining)[1], Outcome.CHECKED
+            return max(remaining)[1], False
         count = len(remaining)
         finding = self._finding(
             rule,
@@ -176,7 +183,7 @@ class Sequences:
             detail=f"the counter item does not exist; {count} members remain",
         )
         self._followups.judge_orphans(rule, key, finding, recheck.observed, recheck.counter_seen)
-        return None, Outcome.CHECKED
+        return None, False
 
     def member_numbers(
         self, rule: SequenceRule, key: Key, above: int, *, voids: bool = True

@@ -1,13 +1,15 @@
-"""What one invocation did, for metrics and logs. Verification returns what it came to
-(``Outcome``) and the runner or the facade counts it; the reporter and the scheduler count
-what they send. Item collections that run at once count into shares of their own, added up
-in the calling thread."""
+"""What one invocation did, for metrics and logs. Verification appends what it came to
+(``Outcome``) to a list its caller gives it (``StatsBook.counting``), counted when the work
+ends, also when it failed; the reporter and the scheduler count what they send. Item
+collections that run at once count into shares of their own, added up in the calling thread.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TypeVar
@@ -33,6 +35,9 @@ class Outcome(Enum):
 
 
 _STREAM_ONLY = frozenset({Outcome.PROVED, Outcome.CARRIED, Outcome.DECREMENTED})
+# What a verification came to, appended as it goes: what it did before a failure interrupted
+# it is counted too (a retry finds a TTL decrement applied, and counts it no more).
+Done = list[Outcome]
 
 
 @dataclass
@@ -99,6 +104,16 @@ class StatsBook:
     def __call__(self) -> Stats:
         share: Stats | None = getattr(self._local, "stats", None)
         return self.total if share is None else share
+
+    @contextmanager
+    def counting(self) -> Iterator[Done]:
+        """A list for one verification to append what it came to, counted when the work ends,
+        also when it failed: what it did before the failure happened."""
+        done: Done = []
+        try:
+            yield done
+        finally:
+            self().count(done)
 
     def counted(self, work: Callable[[], T]) -> tuple[T, Stats]:
         """Run ``work`` counting into a share of its own; the caller merges it."""

@@ -3,8 +3,8 @@
 The protocol's steps, in docs/verification.md's order, live in modules of their own:
 ``groups`` (1), ``carry_book`` (1b), ``counts`` (2), ``followups`` (parents that are gone),
 ``repairer`` (3), ``sequences`` (4), ``reporter`` (5) and ``batches`` (item collections at
-once); their decisions are ``protocol``'s, functions of values. They return what they came
-to (``stats.Outcome``), counted here and by the runner.
+once); their decisions are ``protocol``'s, functions of values. They append what they came
+to (``stats.Outcome``) to a list, counted here and by the runner, also after a failure.
 """
 
 from __future__ import annotations
@@ -137,17 +137,16 @@ class Reconciler:
         """The authoritative check of one parent or sequence, after its grace period."""
         rule = self.rules[recheck.rule]
         key = dict(recheck.key)
-        if isinstance(rule, SequenceRule):
-            outcomes = self._sequences.recheck(rule, recheck)
-        elif recheck.carry_since and rule.lag_seconds is None and rule.through is None:
-            since, through = recheck.carry_since, recheck.carry_through
-            outcomes = self._carries.recheck(rule, key, since, through, self._counts.recount)
-            if not outcomes:
-                return  # nothing left to recount: no read beyond the carry's
-        else:
-            # A carry recheck left from before a lag or an index was set is judged as such.
-            outcomes = self._counts.verify(rule, key, recheck)
-        self.stats.count(outcomes)
+        with self._book.counting() as done:
+            if isinstance(rule, SequenceRule):
+                self._sequences.recheck(rule, recheck, done)
+            elif recheck.carry_since and rule.lag_seconds is None and rule.through is None:
+                since, through = recheck.carry_since, recheck.carry_through
+                if not self._carries.recheck(rule, key, since, through, self._counts.recount, done):
+                    return  # nothing left to recount: no read beyond the carry's
+            else:
+                # A carry recheck left from before a lag or an index was set is judged as such.
+                self._counts.verify(rule, key, recheck, done)
         self.flush_alerts()
 
     # --- for the full audit ----------------------------------------------------------------
@@ -155,7 +154,8 @@ class Reconciler:
     def audit_parent(self, rule: TallyRule, key: Key) -> None:
         """Recount one parent as its stream batch would (an aggregated one: a lag later; one
         whose children are found through an index: confirmed a grace later)."""
-        self.stats.count(self._counts.verify(rule, key, None))
+        with self._book.counting() as done:
+            self._counts.verify(rule, key, None, done)
 
     def schedule_recheck(self, rule: AnyRule, key: Key, counter_seen: int, reason: str) -> None:
         self._scheduler.schedule(rule, key, counter_seen, reason)

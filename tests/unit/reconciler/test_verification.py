@@ -578,6 +578,70 @@ def test_a_ttl_expiry_in_dry_run_counts_as_a_removal(rig: Rig) -> None:
     assert (finding.kind, finding.stored, finding.actual) == ("ttl_removal", 3, 1)
 
 
+def _throttled(operation: str) -> ClientError:
+    error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}
+    return ClientError(error, operation)  # type: ignore[arg-type]
+
+
+def test_what_a_group_did_before_the_table_failed_it_is_counted(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TTL decrement applied before the recount was throttled stays counted: its retry
+    finds it applied already and counts nothing."""
+    user = {"PK": "USER#u1", "SK": "META"}
+    rig.put({**user, "activeSessions": 2, "tallyRevision": 1})
+    rig.put({"PK": "USER#u1", "SK": "SESSION#live"})
+    expired = stream_record("REMOVE", {"PK": "USER#u1", "SK": "SESSION#old"}, old={}, identity=TTL)
+    rogue = bumped(user, "activeSessions", 1, 2, seq="900")  # the group needs a recount
+    checker = rig.reconciler()
+
+    def throttled(rule: Any, key: dict[str, str]) -> Any:
+        raise _throttled("Query")
+
+    monkeypatch.setattr(checker.table, "tally_children", throttled)
+    assert checker.verify_batch([expired, rogue]) != []
+    assert rig.value(user, "activeSessions") == 1  # the decrement was applied
+    assert checker.stats.ttl_decrements == 1
+    assert checker.stats.errors and "ProvisionedThroughputExceeded" in checker.stats.errors[0]
+
+
+@pytest.mark.parametrize("path", ["stream", "recheck"])
+def test_a_parent_checked_before_its_repair_failed_is_counted_checked(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    rig.likes("POST#a91f", count=3, tally=5)
+    checker = rig.reconciler()
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise _throttled("TransactWriteItems")
+
+    monkeypatch.setattr(checker.table, "set_counter", throttled)
+    if path == "stream":
+        assert checker.verify_batch([bumped(POST, "likeTally", 4, 5)]) != []
+    else:
+        recheck = Recheck("likes", POST, 0, "a test")
+        with pytest.raises(ClientError):
+            checker.recheck(recheck)
+    assert (checker.stats.checked, checker.stats.consistent) == (1, 0)
+    assert rig.value(POST, "likeTally") == 5
+
+
+def test_a_sequence_checked_before_its_repair_failed_is_counted_checked(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig.issues(PROJECT, last=3, numbers=[1, 2, 3, 4, 5])  # the counter is behind its members
+    checker = rig.reconciler()
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise _throttled("TransactWriteItems")
+
+    monkeypatch.setattr(checker.table, "set_counter", throttled)
+    with pytest.raises(ClientError):
+        checker.recheck(Recheck("issue-numbers", PROJECT, 5, "a test"))
+    assert (checker.stats.checked, checker.stats.consistent) == (1, 0)
+    assert rig.value(PROJECT, "lastIssue") == 3
+
+
 # --- step 4: gaps -----------------------------------------------------------------------
 
 
