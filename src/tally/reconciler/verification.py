@@ -1,10 +1,10 @@
 """The reconciler's one door for handlers, rechecks, the full audit, replay and the local pump.
 
 The protocol's steps, in docs/verification.md's order, live in modules of their own:
-``groups`` (1), ``carry_book`` (1b), ``counts`` (2), ``followups`` (parents that are gone),
-``repairer`` (3), ``sequences`` (4), ``reporter`` (5) and ``batches`` (item collections at
-once); their decisions are ``protocol``'s, functions of values. They append what they came
-to (``stats.Outcome``) to a list, counted here and by the runner, also after a failure.
+``groups`` (1), ``carry_book`` (1b), ``counts`` (2), ``followups`` (parents that are gone, and
+what else a judgement leads to but a write), ``repairer`` (3), ``sequences`` (4), ``reporter``
+(5) and ``batches`` (item collections at once); their decisions are ``protocol``'s. They
+append what they came to (``stats.Outcome``) to a list, counted here and by the runner.
 """
 
 from __future__ import annotations
