@@ -53,7 +53,9 @@ def imports(module: str) -> Iterator[tuple[int, str]]:
 
 def imports_in(source: str, package: str) -> Iterator[tuple[int, str]]:
     """(line, module) for every import. ``from package import module`` imports both: the
-    package's ``__init__`` runs first, and the module is reached through the package's names."""
+    module is reached through the package's names, which a package still running its
+    ``__init__`` may not hold yet. ``import package.module`` reaches it by its path; the
+    package's ``__init__`` runs first either way, and counts where it imports its modules."""
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
