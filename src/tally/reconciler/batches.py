@@ -159,14 +159,15 @@ class CollectionRunner:
                 stats.errors.append(f"{group.rule.name} {group.parent_key}: out of time")
                 continue
             stats.groups += 1
+            done: Done = []
             try:
-                with self._stats.counting() as done:
-                    verify(group, done)
-                alerts_pending = Outcome.reached_table(done) or alerts_pending
+                verify(group, done)
+                alerts_pending = alerts_pending or Outcome.reached_table(done)
             except Exception as error:
                 alerts_pending = True  # the alert of a repair that committed may wait in the outbox
                 # Throttling or an outage mid-check: retry this group's records, only them.
                 failed.append(group.first_sequence_number)
                 where = f"{group.rule.name} {group.parent_key}"
                 stats.errors.append(f"{where}: {type(error).__name__}: {error}")
+            stats.count(done)  # what it did before a failure too
         return failed, alerts_pending
