@@ -65,9 +65,8 @@ class Followups:
         if rule.orphan_grace_seconds and not lifecycle.same(observed, observation(finding)):
             self.look_again(rule, key, finding, CASCADE, counter_seen)
             return
-        self.skip(
-            finding, "the reconciler never creates a parent or counter item, nor deletes children"
-        )
+        why = "the reconciler never creates a parent or counter item, nor deletes children"
+        self.skip(finding, why)
 
     def look_again(
         self,

@@ -189,6 +189,10 @@ class GuardedWriter:
         self._keys = rules.table
         self._pk = rules.table.partition_key
 
+    def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:
+        """The item (or key) serialized, number key attributes as numbers."""
+        return serialize(self._keys.typed(item))
+
     def _on_key(
         self, action: Literal["Put", "Delete"], item: Mapping[str, Any], **options: str
     ) -> dict[str, Any]:
@@ -200,7 +204,7 @@ class GuardedWriter:
         return {
             action: {
                 "TableName": self.table_name,
-                "Item" if put else "Key": serialize(self._keys.typed(item)),
+                "Item" if put else "Key": self._key(item),
                 "ConditionExpression": f"{test}({names[self._pk]})",
                 "ExpressionAttributeNames": names.expression_names,
                 **options,

@@ -294,10 +294,6 @@ class SequenceAllocator(GuardedWriter):
 
     # --- shared -------------------------------------------------------------------------
 
-    def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:
-        """The item (or key) serialized, number key attributes as numbers."""
-        return serialize(self.rules.table.typed(item))
-
     def _read_counter(self, request: AllocationRequest) -> int:
         names = Names.of(request.rule.counter, request.rule.revision)
         response = self.client.get_item(

@@ -26,7 +26,6 @@ import tally.writers.items as items
 from tally.core.dynamodb import (
     Cancelled,
     TransactionFailedError,
-    serialize,
     transact,
 )
 from tally.rules import Key, Match, SumRule, TallyRule
@@ -312,7 +311,7 @@ class TallyWriter(GuardedWriter):
 
     def _get(self, key: Key) -> dict[str, Any] | None:
         response = self.client.get_item(
-            TableName=self.table_name, Key=serialize(self._keys.typed(key)), ConsistentRead=True
+            TableName=self.table_name, Key=self._key(key), ConsistentRead=True
         )
         return read_item(response.get("Item"))
 
