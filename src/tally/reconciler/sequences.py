@@ -116,43 +116,32 @@ class Sequences:
             recheck = replace(recheck, counter_seen=0, epoch=epoch)
         members = self.member_numbers(rule, key, above=watermark)
         counter = self._table.read_parent(rule, key)
-        consistent, held = False, None  # checked from here on; consistent once nothing is found
+        consistent = False  # checked from here on; consistent once nothing is found
         try:
-            consistent, held = self._judge(rule, key, counter, watermark, members, recheck)
+            anchor, consistent = self.sequence_anchor(
+                rule, key, counter, watermark, members, recheck
+            )
+            if anchor is None:
+                return
+            held = Counter(number for number, _ in members)
+            found = 0
+            if rule.has_counter:
+                highest = max(held, default=watermark)
+                found += self.raise_counter_to_members(rule, key, counter, highest, recheck)
+            found += self.report_duplicates(rule, key, held)
+            for low, high in gaps.missing_runs(watermark, recheck.counter_seen, held):
+                voided = self.void_missing_run(
+                    rule, key, low, high, counter.counter, recheck, held, anchor
+                )
+                if voided is None:
+                    break  # the sequence went away meanwhile: nothing more is judged under it
+                found += voided
+            consistent = not found
+            contiguous = gaps.contiguous(watermark, held)
+            if contiguous > watermark:
+                self._store.advance_watermark(rule.name, key, contiguous)
         finally:
             done.append(Outcome.CONSISTENT if consistent else Outcome.CHECKED)
-        contiguous = gaps.contiguous(watermark, held) if held is not None else watermark
-        if contiguous > watermark:
-            self._store.advance_watermark(rule.name, key, contiguous)
-
-    def _judge(
-        self,
-        rule: SequenceRule,
-        key: Key,
-        counter: ParentState,
-        watermark: int,
-        members: list[tuple[int, Key]],
-        recheck: Recheck,
-    ) -> tuple[bool, Counter[int] | None]:
-        """Whether nothing was found off, and the numbers held (None: the sequence is not
-        there to judge); ``held`` learns the numbers voided on the way."""
-        anchor, consistent = self.sequence_anchor(rule, key, counter, watermark, members, recheck)
-        if anchor is None:
-            return consistent, None
-        held = Counter(number for number, _ in members)
-        found = 0
-        if rule.has_counter:
-            highest = max(held, default=watermark)
-            found += self.raise_counter_to_members(rule, key, counter, highest, recheck)
-        found += self.report_duplicates(rule, key, held)
-        for low, high in gaps.missing_runs(watermark, recheck.counter_seen, held):
-            voided = self.void_missing_run(
-                rule, key, low, high, counter.counter, recheck, held, anchor
-            )
-            if voided is None:
-                break  # the sequence went away meanwhile: nothing more is judged under it
-            found += voided
-        return not found, held
 
     def sequence_anchor(
         self,
