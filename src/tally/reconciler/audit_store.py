@@ -1,5 +1,5 @@
-"""The audit table: findings, repair log and markers, with the carries, watermarks, outbox
-and standing findings of its other modules.
+"""The audit table: findings, repair log and markers, with the carries, watermarks, outbox,
+standing findings and recent index children of its other modules.
 
 This package's audit_* modules are the only code that knows the table's key design
 (docs/audit-table.md). The table has no stream, so nothing written here ever reaches the
@@ -16,6 +16,7 @@ from tally.core.dynamodb import conditional, deserialize, serialize
 from tally.core.timefmt import epoch_iso
 from tally.reconciler.audit_carries import AuditCarries
 from tally.reconciler.audit_outbox import AuditOutbox
+from tally.reconciler.audit_recent import AuditRecentChildren
 from tally.reconciler.audit_standing import AuditStanding
 from tally.reconciler.audit_table import (
     DAY,
@@ -186,5 +187,7 @@ class AuditLog(AuditTable):
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
-class AuditStore(AuditLog, AuditStanding, AuditOutbox, AuditWatermarks, AuditCarries):
+class AuditStore(
+    AuditLog, AuditStanding, AuditOutbox, AuditWatermarks, AuditCarries, AuditRecentChildren
+):
     """Reads and writes the reconciler's state in the audit table."""

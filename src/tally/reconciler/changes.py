@@ -82,6 +82,9 @@ class Group:
     # Children found through an index: the parent as the group's last parent record left it
     # (lifecycle.state_of; None: no parent record in the batch).
     parent_state: str | None = None
+    # Children found through an index: the keys of the children whose count or amount here
+    # changed, in stream order (a look counts them from the table for the rule's window).
+    indexed_children: list[Key] = field(default_factory=list)
 
     @property
     def first_seen(self) -> str | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from tally.core.numbers import exact_sum, subtract
+from tally.reconciler.audit_recent import AuditRecentChildren
 from tally.reconciler.changes import Group
 from tally.reconciler.findings import Finding, Repair, malformed_amount, shown
 from tally.reconciler.followups import Followups, observation
@@ -52,10 +53,27 @@ class Snapshot:
 class Counts:
     """Recounts parents of count and sum rules; repairs through the repairer."""
 
-    def __init__(self, table: ParentReads, repairer: Repairer, followups: Followups):
+    def __init__(
+        self,
+        table: ParentReads,
+        repairer: Repairer,
+        followups: Followups,
+        recent: AuditRecentChildren,
+    ):
         self._table = table
         self._repairer = repairer
         self._followups = followups
+        self._recent = recent
+
+    def remember_children(self, rule: TallyRule, group: Group) -> None:
+        """Children found through an index that this batch changed: noted for the rule's
+        window, balanced or not, before anything is judged, so that every look until then
+        counts them from the table whatever the index shows."""
+        if rule.through is not None and group.indexed_children:
+            window = rule.through.window
+            self._recent.remember_children(
+                rule.name, group.parent_key, group.indexed_children, window
+            )
 
     def measure_parent(self, rule: TallyRule, group: Group) -> tuple[bool, ParentState | None]:
         """Is a recount cheaper than the carry? With the parent's read, when it took one.
@@ -205,11 +223,14 @@ class Counts:
             if attempt:
                 time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
             before = first if first and not attempt else self._table.read_parent(rule, key)
-            tally = (
-                self._table.tally_children(rule, key)
-                if rule.through is None
-                else self._table.tally_indexed(rule, key, before.counter, confirm=confirm)
-            )
+            if rule.through is None:
+                tally = self._table.tally_children(rule, key)
+            else:
+                # Read after the parent: every change the stream showed up to that read.
+                recent = self._recent.recent_children(rule.name, key, rule.through.window)
+                tally = self._table.tally_indexed(
+                    rule, key, before.counter, confirm=confirm, recent=recent
+                )
             after = self._table.read_parent(rule, key)
             if not before.same_as(after):
                 agreed = None

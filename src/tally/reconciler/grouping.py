@@ -209,6 +209,8 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
                 invalid = shown(attr(image, rule.summed))
                 evidence = Evidence(sequence_number, event, keys, at=at)
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
+                if by_image:
+                    group.indexed_children.append(keys)
                 return
         delta = subtract(after or Decimal(0), before or Decimal(0))
     elif by_image:
@@ -217,6 +219,8 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
         delta = Decimal({"INSERT": 1, "REMOVE": -1}.get(event, 0))
     if delta == 0:
         return
+    if by_image:
+        group.indexed_children.append(keys)
     evidence = Evidence(sequence_number, event, keys, at=at)
     group.evidence.append(evidence)
     if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, TallyRule):

@@ -35,10 +35,14 @@ class GroupVerifier:
         return group.balanced and not self._carries.may_be_open(group)
 
     def needs_no_table(self, groups: list[Group]) -> bool:
-        """A collection whose every group proves itself, with no TTL expiry to apply and no
-        ledger change to record: verified where it stands, no worker needed."""
+        """A collection whose every group proves itself, with no TTL expiry to apply, no
+        ledger change and no index child to record: verified where it stands, no worker
+        needed."""
         return all(
-            not group.expiries and not group.ledger and self.proves_itself(group)
+            not group.expiries
+            and not group.ledger
+            and not group.indexed_children
+            and self.proves_itself(group)
             for group in groups
         )
 
@@ -47,6 +51,7 @@ class GroupVerifier:
         stream)."""
         rule = group.rule
         if isinstance(rule, TallyRule):
+            self._counts.remember_children(rule, group)
             self._counts.apply_ttl_expiries(rule, group, done)
         elif group.ledger:
             # Before any judgement: a later recheck reads the members from the ledger.

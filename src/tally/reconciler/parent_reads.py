@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -73,17 +74,25 @@ class ParentReads(TableAccess):
         return ChildTotal(total, children, tuple(unreadable))
 
     def tally_indexed(
-        self, rule: TallyRule, parent_key: Key, counter: Any, *, confirm: bool = True
+        self,
+        rule: TallyRule,
+        parent_key: Key,
+        counter: Any,
+        *,
+        confirm: bool = True,
+        recent: Sequence[Key] = (),
     ) -> ChildTotal:
-        """Count or sum the children found through the rule's index.
+        """Count or sum the children found through the rule's index, the ``recent`` ones (the
+        children the stream showed changing within the rule's window) from the table.
 
-        The index is eventually consistent: an entry may be stale (the child since deleted,
-        moved to another parent or out of the counted status). When the index's own entries
-        agree with ``counter`` (or ``confirm`` is off: a look that only observes) that is the
-        answer; otherwise each hit is confirmed by a consistent read of its base item, and
-        only base items that still name this parent count. A child the index does not show
-        yet is not found here: the caller looks only a grace after the parent's last change,
-        and judges on two agreeing looks.
+        The index is eventually consistent, with no bound on its lag: an entry may be
+        missing (the child just joined this parent) or stale (the child since deleted, moved
+        to another parent or out of the counted status). So a recent child is never counted
+        from the index: each is read consistently from the table and counts only while its
+        base item names this parent. Every other hit changed before the window and counts as
+        the index shows it. When that total agrees with ``counter`` (or ``confirm`` is off: a
+        look that only observes) it is the answer; otherwise each hit is confirmed by a
+        consistent read of its base item too.
         """
         self.reads.recounted()
         through = rule.through
@@ -104,26 +113,38 @@ class ParentReads(TableAccess):
             ReturnConsumedCapacity="TOTAL",
         )
         claimed = self.rules.claimed_by(rule)
-        hits: dict[tuple[str, ...], Item] = {}
+        known = {_identity(key) for key in recent if claimed(key)}
+        hits: dict[tuple[tuple[str, str], ...], Item] = {}
         for page in pages:
             self.reads.add(page, page["ScannedCount"])
             for raw in page["Items"]:
                 item = deserialize(raw)
                 key = self.rules.key_of(item)
-                if claimed(key):
-                    hits[tuple(key.values())] = item
-        indexed = self._tally(rule, len(hits), list(hits.values()))
+                if claimed(key) and _identity(key) not in known:
+                    hits[_identity(key)] = item
+        summed = rule.summed if isinstance(rule, SumRule) else None
+        fresh = self._naming(rule, parent_key, [dict(k) for k in known], summed)
+        indexed = self._tally(rule, len(hits) + len(fresh), [*hits.values(), *fresh])
         if not indexed.unreadable and (indexed.actual == counter or not confirm):
             return indexed
-        summed = rule.summed if isinstance(rule, SumRule) else None
         keys = [self.rules.key_of(item) for item in hits.values()]
-        confirmed = [
+        confirmed = self._naming(rule, parent_key, keys, summed)
+        return self._tally(rule, len(confirmed) + len(fresh), [*confirmed, *fresh])
+
+    def _naming(
+        self, rule: TallyRule, parent_key: Key, keys: list[Key], summed: str | None
+    ) -> list[Item]:
+        """The base items of ``keys``, read consistently, that name ``parent_key`` now (not
+        gone, not moved, not out of the counted status)."""
+        through = rule.through
+        assert through is not None
+        if not keys:
+            return []
+        return [
             item
             for item in self._get_items(keys, *through.attributes, summed)
-            # Not a stale entry: the child did not move, nor leave the counted status.
             if rule.indexed_parent(item, self.rules.table) == parent_key
         ]
-        return self._tally(rule, len(confirmed), confirmed)
 
     def has_more_children(self, rule: TallyRule, parent_key: Key, than: int) -> bool:
         """Does the parent have more than ``than`` children? One ``Select=COUNT`` query of at
@@ -154,3 +175,7 @@ class ParentReads(TableAccess):
             "ConsistentRead": True,
             "ReturnConsumedCapacity": "TOTAL",
         }
+
+
+def _identity(key: Key) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(key.items()))

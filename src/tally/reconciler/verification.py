@@ -69,7 +69,7 @@ class Reconciler:
         )
         followups = Followups(reporter, scheduler)
         repairer = Repairer(table, store, policy, reporter)
-        counts = self._counts = Counts(table, repairer, followups)
+        counts = self._counts = Counts(table, repairer, followups, store)
         sequences = self._sequences = Sequences(table, store, repairer, followups)
         carries = self._carries = CarryBook(store, scheduler, open_carries)
         self._groups = GroupVerifier(counts, sequences, carries, carrying=carrying)

@@ -142,6 +142,9 @@ class _RuleBase(_Strict):
 
 # How long a child's write may take to reach an index before a recount trusts it.
 INDEX_GRACE_SECONDS = 2
+# How long a child's change the stream showed is counted from the table, not the index: far
+# longer than any lag an index is seen to have (docs/verification.md).
+INDEX_WINDOW_SECONDS = 900
 
 
 class IndexChildren(_Strict):
@@ -152,7 +155,9 @@ class IndexChildren(_Strict):
     carries ``GSI1PK = USER#<followee>``). An item without it is no child (a sparse index);
     with ``sort_prefix``, only items whose index sort key begins with it are (a status such
     as ``FOLLOWING#``). The index is eventually consistent: ``grace_seconds`` is how long a
-    write may take to show in it (docs/verification.md, "Children found through an index").
+    write usually takes to show in it; for ``window_seconds`` after the stream showed a
+    child change, the child is counted from the table instead (docs/verification.md,
+    "Children found through an index").
     """
 
     index: Annotated[str, Field(min_length=1)]
@@ -160,9 +165,13 @@ class IndexChildren(_Strict):
     sort_key: Annotated[str, Field(min_length=1)] | None = None
     sort_prefix: Annotated[str, Field(min_length=1)] | None = None
     grace_seconds: Annotated[int, Field(ge=1, le=900)] = INDEX_GRACE_SECONDS
+    # None: INDEX_WINDOW_SECONDS, or ten graces when that is longer.
+    window_seconds: Annotated[int, Field(ge=60, le=86_400)] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> IndexChildren:
+        if self.window_seconds is not None and self.window_seconds <= 2 * self.grace_seconds:
+            raise ValueError("window_seconds must be more than twice grace_seconds")
         if self.sort_prefix is not None and self.sort_key is None:
             raise ValueError("sort_prefix needs the index's sort_key")
         if self.sort_key == self.partition_key:
@@ -173,6 +182,13 @@ class IndexChildren(_Strict):
     def attributes(self) -> tuple[str, ...]:
         """The index's key attributes, as the children carry them."""
         return _key_names(self.partition_key, self.sort_key)
+
+    @property
+    def window(self) -> int:
+        """Seconds a child's change is counted from the table, not the index."""
+        if self.window_seconds is not None:
+            return self.window_seconds
+        return max(INDEX_WINDOW_SECONDS, 10 * self.grace_seconds)
 
 
 class _TallyRule(_RuleBase):

@@ -286,3 +286,40 @@ def test_a_carry_is_replaced_only_from_the_state_it_was_read_in(store: AuditStor
     folded = Carry(Decimal(2), 12, 111)
     assert not store.put_carry("likes", {"PK": "POST#1", "SK": "META"}, read_by_fold, folded)
     assert store.carry("likes", {"PK": "POST#1", "SK": "META"}).remainder == 0
+
+
+def test_recent_index_children_are_read_back_within_their_window_only(client: Any) -> None:
+    """The stream's window of children found through an index: a child noted under a parent
+    is read back for ``window`` seconds after it was last noted, under that parent and rule
+    only; TTL (which deletes late) is set to the same moment."""
+    clock = Clock()
+    store = AuditStore(client, TABLE, clock)
+    ann, bob = {"PK": "USER#ann", "SK": "PROFILE"}, {"PK": "USER#bob", "SK": "PROFILE"}
+    dan, eve, fay = ({"PK": f"USER#{n}", "SK": "FOLLOWS#ann"} for n in ("dan", "eve", "fay"))
+    start = clock.now
+    store.remember_children("followers", ann, [dan, eve, dan], 900)
+    clock.now += 100
+    store.remember_children("followers", ann, [fay], 900)
+
+    def recent(rule: str = "followers", parent: dict[str, str] = ann) -> list[dict[str, str]]:
+        return sorted(store.recent_children(rule, parent, 900), key=lambda k: k["PK"])
+
+    assert recent() == [dan, eve, fay]
+    assert recent(parent=bob) == [] and recent(rule="likes") == []
+    clock.now = start + 950  # dan and eve were noted 950 s ago, fay 850 s ago
+    assert recent() == [fay]
+    store.remember_children("followers", ann, [dan], 900)  # a redelivery notes it anew
+    assert recent() == [dan, fay]
+    item = client.get_item(
+        TableName=TABLE,
+        Key=serialize(
+            {
+                "PK": 'PARENT#followers#{"PK":"USER#ann","SK":"PROFILE"}',
+                "SK": 'RECENT#{"PK":"USER#dan","SK":"FOLLOWS#ann"}',
+            }
+        ),
+    )["Item"]
+    assert (int(item["at"]["N"]), int(item["expiresAt"]["N"])) == (
+        int(clock.now),
+        int(clock.now) + 900,
+    )

@@ -110,3 +110,34 @@ def test_under_any_batching_each_followee_gets_exactly_its_change_in_counted_edg
     for start, end in pairwise(bounds):
         folded.update(deltas(records[start:end]))
     assert +folded == +truth and -folded == -truth
+
+
+@settings(max_examples=1000)
+@given(history=histories, cuts=st.lists(st.integers(0, 12), max_size=4))
+def test_every_change_of_a_followees_count_notes_its_edge_in_the_group_whatever_the_batching(
+    history: list[tuple[str, dict[str, Any] | None]], cuts: list[int]
+) -> None:
+    """A look counts a noted child from the table, so a child the index does not show yet
+    cannot hide: every record that changed an edge's count under a followee notes that edge
+    in the followee's group of its batch, and no record that left the count alone does."""
+    stored: dict[str, dict[str, Any] | None] = {"dan": None, "eve": None}
+    records: list[Any] = []
+    changed: list[set[tuple[str, str]]] = []  # per record: (followee, follower) it moved
+    for follower, image in history:
+        before = stored[follower]
+        if before is None and image is None:
+            continue
+        records.append(record(follower, before, image))
+        parents = {counted(before), counted(image)} - {None}
+        moved = counted(before) != counted(image)
+        changed.append({(str(p), follower) for p in parents} if moved else set())
+        stored[follower] = image
+    bounds = sorted({0, len(records), *(c for c in cuts if c <= len(records))})
+    for start, end in pairwise(bounds):
+        expected = set().union(*changed[start:end]) if end > start else set()
+        noted = {
+            (group.parent_key["PK"], child["PK"].removeprefix("USER#"))
+            for group in group_records(records[start:end], RULES).groups.values()
+            for child in group.indexed_children
+        }
+        assert noted == expected

@@ -75,6 +75,18 @@ def test_an_image_names_a_parent_exactly_when_its_index_key_is_counted(
         ({"on_ttl_expiry": "decrement"}, "field 'on_ttl_expiry'"),
         ({"children": {"PK": "USER#*", "SK": "PROFILE"}}, "both parent and child"),
         ({"through": {"index": "G", "partition_key": "G1", "grace_seconds": 0}}, "grace_seconds"),
+        ({"through": {"index": "G", "partition_key": "G1", "window_seconds": 59}}, "window"),
+        (
+            {
+                "through": {
+                    "index": "G",
+                    "partition_key": "G1",
+                    "grace_seconds": 40,
+                    "window_seconds": 80,
+                }
+            },
+            "more than twice grace_seconds",
+        ),
     ],
 )
 def test_a_rule_through_an_index_that_cannot_work_is_refused_by_field(
@@ -83,6 +95,20 @@ def test_a_rule_through_an_index_that_cannot_work_is_refused_by_field(
     with pytest.raises(RulesFileError, match="followers") as refused:
         rules_with(**changes)
     assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("grace", "window", "expected"),
+    [(2, None, 900), (100, None, 1000), (2, 60, 60), (900, 86_400, 86_400)],
+)
+def test_the_window_is_nine_hundred_seconds_or_ten_graces_unless_given(
+    grace: int, window: int | None, expected: int
+) -> None:
+    through: dict[str, Any] = {"index": "G", "partition_key": "G1", "grace_seconds": grace}
+    if window is not None:
+        through["window_seconds"] = window
+    rule = rules_with(through=through)["followers"]
+    assert rule.through is not None and rule.through.window == expected
 
 
 def test_a_summed_attribute_that_is_an_index_key_is_refused() -> None:
