@@ -150,9 +150,11 @@ def cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
         writes = row["writes"] or 1
         lines.append(
             f"{rule}: {row['writes']} writes; reconciler {row['reconciler']:.1f} RU "
-            f"({1000 * row['reconciler'] / writes:.0f} per 1,000), naive recount "
+            f"({1000 * row['reconciler'] / writes:.0f} per 1,000) and "
+            f"{row['reconciler_write_units']:.1f} WU "
+            f"({1000 * row['reconciler_write_units'] / writes:.0f} per 1,000), naive recount "
             f"{row['naive']:.1f} RU ({1000 * row['naive'] / writes:.0f} per 1,000); "
-            f"by operation {row['operations']}"
+            f"by operation {row['operations']} {row['write_operations']}"
         )
     return lines
 
@@ -260,12 +262,15 @@ class CartAggregator:
 
 
 class ReconcilerCalls:
-    """The reconciler's own client, watched: read units per rule, writes to the table."""
+    """The reconciler's own client, watched: request units per rule (reads of the table, its
+    indexes and the audit table; the audit table's writes: the stream's window of index
+    children, carries), writes to the table."""
 
-    def __init__(self, client: Any, table: str, shadow: str):
+    def __init__(self, client: Any, table: str, shadow: str, audit: str):
         self.client, self.tables = client, {table, shadow}
-        self.table = table
+        self.table, self.audit = table, audit
         self.reads = ReadUnits()
+        self.audit_writes = ReadUnits()  # write units, by rule and operation
         self.writes: list[tuple[float, str, str, str]] = []  # (time, operation, pk, sk)
         self._lock = threading.Lock()
         client.meta.events.register("before-parameter-build.dynamodb", self._before)
@@ -287,14 +292,14 @@ class ReconcilerCalls:
         if operation is None or http_response.status_code >= 300:
             return
         with self._lock:
-            if operation in READS:
-                consumed = parsed.get("ConsumedCapacity") or []
-                for entry in consumed if isinstance(consumed, list) else [consumed]:
-                    if entry.get("TableName") in self.tables:
-                        self.reads.add(
-                            rule_of(operation, params), operation, entry["CapacityUnits"]
-                        )
-            elif operation in WRITES:
+            consumed = parsed.get("ConsumedCapacity") or []
+            for entry in consumed if isinstance(consumed, list) else [consumed]:
+                rule, units = rule_of(operation, params), entry["CapacityUnits"]
+                if operation in READS and entry.get("TableName") in self.tables | {self.audit}:
+                    self.reads.add(rule, operation, units)
+                elif operation in WRITES and entry.get("TableName") == self.audit:
+                    self.audit_writes.add(rule, operation, units)
+            if operation in WRITES:
                 at = time.time()
                 self.writes += [
                     (at, operation, pk, sk)
@@ -378,7 +383,7 @@ class LiveIndexRun:
         )
         client = runtime._clients()[0]
         self.index.install(client)
-        self.calls = ReconcilerCalls(client, stack.table, self.index.shadow)
+        self.calls = ReconcilerCalls(client, stack.table, self.index.shadow, stack.audit_table)
         settings = MappingSettings.from_template(load_template(template_path()), parallelization=1)
         failures = stack.sqs.create_queue(QueueName=f"failures-{uuid.uuid4().hex[:8]}")
         self.expired: set[tuple[str, str]] = set()  # cart lines TTL removes during the run
@@ -412,7 +417,7 @@ class LiveIndexRun:
         self.index.catch_up()
         self.pump.until_idle(max_seconds=60)
         self.tap.observers.append(self.aggregator.observe)
-        self.calls.reads = ReadUnits()
+        self.calls.reads, self.calls.audit_writes = ReadUnits(), ReadUnits()
         self.phases["set up"] = time.time()
         application = IndexApplication.start(
             self.stack.dynamodb.meta.endpoint_url,
@@ -710,20 +715,21 @@ class LiveIndexRun:
         per_product = {p: self.query_units(BY_PRODUCT, "sk", p) for p in PRODUCTS}
         naive_followers = sum(per_followee[f] for touched in acknowledged.touched for f in touched)
         naive_products = sum(per_product[p] for p in acknowledged.line_products)
-        reads = self.calls.reads
+        reads, writes = self.calls.reads, self.calls.audit_writes
+
+        def row(rule: str, child_writes: int, naive: float) -> dict[str, Any]:
+            return {
+                "writes": child_writes,
+                "reconciler": round(reads.total(rule), 2),
+                "reconciler_write_units": round(writes.total(rule), 2),
+                "naive": round(naive, 2),
+                "operations": {k: round(v, 2) for k, v in reads.units.get(rule, {}).items()},
+                "write_operations": {k: round(v, 2) for k, v in writes.units.get(rule, {}).items()},
+            }
+
         return {
-            "followers": {
-                "writes": acknowledged.edge_writes,
-                "reconciler": round(reads.total("followers"), 2),
-                "naive": round(naive_followers, 2),
-                "operations": {k: round(v, 2) for k, v in reads.units.get("followers", {}).items()},
-            },
-            "products": {
-                "writes": acknowledged.line_writes,
-                "reconciler": round(reads.total("products"), 2),
-                "naive": round(naive_products, 2),
-                "operations": {k: round(v, 2) for k, v in reads.units.get("products", {}).items()},
-            },
+            "followers": row("followers", acknowledged.edge_writes, naive_followers),
+            "products": row("products", acknowledged.line_writes, naive_products),
         }
 
     def query_units(

@@ -215,3 +215,26 @@ def test_a_rogue_total_after_a_line_the_index_never_shows_is_judged_on_every_lin
     )
     settle(followers, batch_size)
     assert drift_of_p(followers) == (9, 6)
+
+
+def test_a_parent_that_keeps_moving_is_looked_at_every_four_graces_and_judged_once_it_rests(
+    followers: Followers,
+) -> None:
+    """A rogue edge on a followee followed again before every look: each look finds it moved
+    and only reads it, coming back a grace later, then two, then four at most (not 8, 16 ...
+    64 graces). Once the follows stop, the fault is alerted within a look and its
+    confirmation."""
+    ann_with_two_followers(followers)
+    followers.stack.put(followers.edge("rogue", "ann"))  # no count for it
+    for n in range(6):
+        followers.follow(f"f{n}", "ann")
+        while followers.stack.pump(batch_size=1):
+            pass
+        followers.clock.advance(4 * GRACE)
+        assert followers.stack.run_rechecks() > 0, f"no look due four graces after write {n}"
+        assert followers.stack.alerts() == []
+    for _ in range(3):  # resting now: a look, then its confirmation a grace later
+        followers.clock.advance(4 * GRACE)
+        followers.stack.run_rechecks()
+    assert kinds(followers.stack.alerts()) == [("drift", "USER#ann", "applied")]
+    assert followers.count("ann") == 9

@@ -1,7 +1,7 @@
-"""The recent-children window in the audit table: which children found through an index the
-stream showed changing for a parent lately, so that a look counts them from the table, not
-from an index that may not show them yet (docs/verification.md, "Children found through an
-index")."""
+"""The stream's window in the audit table: the children found through an index the stream
+showed changing under a parent lately, each as its latest record left it, so that a look
+counts them so and not as an index that may lag shows them (docs/verification.md,
+"Children found through an index")."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tally.core.dynamodb import deserialize, serialize
+from tally.core.dynamodb import conditional, deserialize, serialize
 from tally.reconciler.audit_table import AuditTable, key_json, parent_pk
-from tally.rules import Key
+from tally.reconciler.protocol.window import Noted, latest
 
 PREFIX = "RECENT#"
+# Sequence numbers are decimal strings of up to 40 digits: zero-padded, they compare as text.
+SEQUENCE_DIGITS = 48
 
 
 class AuditRecentChildren(AuditTable):
@@ -21,24 +23,39 @@ class AuditRecentChildren(AuditTable):
     verified, read by each look at the parent, expiring after the rule's window."""
 
     def remember_children(
-        self, rule: str, parent: Mapping[str, str], children: Iterable[Key], window: int
+        self, rule: str, parent: Mapping[str, str], notes: Iterable[Noted], window: int
     ) -> None:
-        """Note that ``children`` changed under ``parent`` now (a redelivery notes it again)."""
+        """Note each child as its latest record left it. A note is replaced only by a later
+        record's (a redelivered or retried batch cannot bring an older state back)."""
         now = int(self.clock())
-        for child in dict.fromkeys(key_json(c) for c in children):
-            item = {
+        for note in latest(notes).values():
+            item: dict[str, Any] = {
                 "PK": parent_pk(rule, parent),
-                "SK": f"{PREFIX}{child}",
+                "SK": f"{PREFIX}{key_json(note.key)}",
+                "seq": note.sequence_number.zfill(SEQUENCE_DIGITS),
                 "at": now,
                 "expiresAt": now + window,
             }
-            self.client.put_item(
-                TableName=self.table_name, Item=serialize(item), ReturnConsumedCapacity="TOTAL"
-            )
+            if note.counted is not None:
+                item["counted"] = note.counted
+            if note.amount is not None:
+                item["amount"] = note.amount
+            self._note(item)
 
-    def recent_children(self, rule: str, parent: Mapping[str, str], window: int) -> list[Key]:
+    def _note(self, item: dict[str, Any]) -> None:
+        conditional(
+            lambda: self.client.put_item(
+                TableName=self.table_name,
+                Item=serialize(item),
+                ConditionExpression="attribute_not_exists(SK) OR seq <= :seq",
+                ExpressionAttributeValues=serialize({":seq": item["seq"]}),
+                ReturnConsumedCapacity="TOTAL",
+            )
+        )
+
+    def recent_children(self, rule: str, parent: Mapping[str, str], window: int) -> list[Noted]:
         """The children noted under ``parent`` within the last ``window`` seconds (one
-        consistent ``Query``, paginated), by key."""
+        consistent ``Query``, paginated)."""
         request: dict[str, Any] = {
             "TableName": self.table_name,
             "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
@@ -49,13 +66,21 @@ class AuditRecentChildren(AuditTable):
             "ReturnConsumedCapacity": "TOTAL",
         }
         since = self.clock() - window
-        children: list[Key] = []
+        notes: list[Noted] = []
         while True:
             response = self.client.query(**request)
             for raw in response.get("Items", []):
                 item = deserialize(raw)
-                if item.get("at", 0) >= since:  # TTL deletes late: the window is told here
-                    children.append(json.loads(str(item["SK"])[len(PREFIX) :]))
+                if item.get("at", 0) < since:  # TTL deletes late: the window is told here
+                    continue
+                notes.append(
+                    Noted(
+                        json.loads(str(item["SK"])[len(PREFIX) :]),
+                        str(int(str(item["seq"]))),
+                        item.get("counted"),
+                        item.get("amount"),
+                    )
+                )
             if "LastEvaluatedKey" not in response:
-                return children
+                return notes
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from tally.reconciler.findings import Evidence, timestamp
 from tally.reconciler.protocol.balance import counts_balance, numbers_balance
+from tally.reconciler.protocol.window import Noted
 from tally.rules import AnyRule, Key, Match, SequenceRule
 
 
@@ -82,9 +83,10 @@ class Group:
     # Children found through an index: the parent as the group's last parent record left it
     # (lifecycle.state_of; None: no parent record in the batch).
     parent_state: str | None = None
-    # Children found through an index: the keys of the children whose count or amount here
-    # changed, in stream order (a look counts them from the table for the rule's window).
-    indexed_children: list[Key] = field(default_factory=list)
+    # Children found through an index whose count or amount here changed, as each record
+    # left them, in stream order (a look counts them so, not as the index shows them, for
+    # the rule's window).
+    indexed_children: list[Noted] = field(default_factory=list)
 
     @property
     def first_seen(self) -> str | None:

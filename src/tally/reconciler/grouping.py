@@ -29,6 +29,7 @@ from tally.reconciler.changes import (
 from tally.reconciler.findings import Evidence, shown
 from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.judgement import valid_counter
+from tally.reconciler.protocol.window import Noted
 from tally.reconciler.stream_images import (
     MISSING,
     amount,
@@ -209,8 +210,8 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
                 invalid = shown(attr(image, rule.summed))
                 evidence = Evidence(sequence_number, event, keys, at=at)
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
-                if by_image:
-                    group.indexed_children.append(keys)
+                if by_image:  # only the table can say what counts
+                    group.indexed_children.append(Noted(keys, sequence_number, None))
                 return
         delta = subtract(after or Decimal(0), before or Decimal(0))
     elif by_image:
@@ -220,7 +221,8 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
     if delta == 0:
         return
     if by_image:
-        group.indexed_children.append(keys)
+        summed = after if isinstance(rule, SumRule) and new else None
+        group.indexed_children.append(Noted(keys, sequence_number, bool(new), summed))
     evidence = Evidence(sequence_number, event, keys, at=at)
     group.evidence.append(evidence)
     if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, TallyRule):

@@ -1,4 +1,5 @@
-"""Reads of a parent and recounts of its children, all strongly consistent."""
+"""Reads of a parent and recounts of its children, strongly consistent (a read that only
+tells when to look excepted)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 from tally.core.dynamodb import Names, deserialize, serialize
 from tally.core.numbers import NULL, add, number
+from tally.reconciler.protocol import window
 from tally.reconciler.protocol.judgement import ChildTotal, ParentState
+from tally.reconciler.protocol.window import Noted
 from tally.reconciler.table_access import ABSENT, TableAccess
 from tally.rules import AnyRule, Key, SumRule, TallyRule
 
@@ -18,12 +21,14 @@ Item = dict[str, Any]
 class ParentReads(TableAccess):
     """A parent's counter and revision, and the count or sum of its children."""
 
-    def read_parent(self, rule: AnyRule, key: Key) -> ParentState:
+    def read_parent(self, rule: AnyRule, key: Key, *, consistent: bool = True) -> ParentState:
+        """The parent's counter and revision; ``consistent=False`` (half the read units) may
+        answer an older state, for a read that only tells when to look."""
         names = Names.of(rule.counter, rule.revision, self._pk)
         response = self.client.get_item(
             TableName=self.name,
             Key=self._key(key),
-            ConsistentRead=True,
+            ConsistentRead=consistent,
             ProjectionExpression=", ".join(
                 names[a] for a in (self._pk, rule.counter, rule.revision) if a
             ),
@@ -80,19 +85,20 @@ class ParentReads(TableAccess):
         counter: Any,
         *,
         confirm: bool = True,
-        recent: Sequence[Key] = (),
+        recent: Sequence[Noted] = (),
     ) -> ChildTotal:
         """Count or sum the children found through the rule's index, the ``recent`` ones (the
-        children the stream showed changing within the rule's window) from the table.
+        children the stream showed changing within the rule's window) as the stream showed
+        them last.
 
         The index is eventually consistent, with no bound on its lag: an entry may be
         missing (the child just joined this parent) or stale (the child since deleted, moved
         to another parent or out of the counted status). So a recent child is never counted
-        from the index: each is read consistently from the table and counts only while its
-        base item names this parent. Every other hit changed before the window and counts as
-        the index shows it. When that total agrees with ``counter`` (or ``confirm`` is off: a
-        look that only observes) it is the answer; otherwise each hit is confirmed by a
-        consistent read of its base item too.
+        as the index shows it, but as its note says; every other hit changed before the
+        window and counts as the index shows it. When that total agrees with ``counter`` (or
+        ``confirm`` is off: a look that only observes) it is the answer; otherwise every hit
+        and every recent child is read consistently from the table, and counts only while its
+        base item names this parent.
         """
         self.reads.recounted()
         through = rule.through
@@ -113,38 +119,30 @@ class ParentReads(TableAccess):
             ReturnConsumedCapacity="TOTAL",
         )
         claimed = self.rules.claimed_by(rule)
-        known = {_identity(key) for key in recent if claimed(key)}
-        hits: dict[tuple[tuple[str, str], ...], Item] = {}
+        hits: dict[window.KeyId, Item] = {}
         for page in pages:
             self.reads.add(page, page["ScannedCount"])
             for raw in page["Items"]:
                 item = deserialize(raw)
                 key = self.rules.key_of(item)
-                if claimed(key) and _identity(key) not in known:
-                    hits[_identity(key)] = item
+                if claimed(key):
+                    hits[window.key_id(key)] = item
+        noted = window.latest(note for note in recent if claimed(note.key))
+        indexed, fresh = window.split(hits, noted)
+        if all(note.counted is not None for note in fresh):
+            shown = [*indexed, *(_as_item(rule, n) for n in fresh if n.counted)]
+            total = self._tally(rule, len(shown), shown)
+            if not total.unreadable and (total.actual == counter or not confirm):
+                return total
         summed = rule.summed if isinstance(rule, SumRule) else None
-        fresh = self._naming(rule, parent_key, [dict(k) for k in known], summed)
-        indexed = self._tally(rule, len(hits) + len(fresh), [*hits.values(), *fresh])
-        if not indexed.unreadable and (indexed.actual == counter or not confirm):
-            return indexed
-        keys = [self.rules.key_of(item) for item in hits.values()]
-        confirmed = self._naming(rule, parent_key, keys, summed)
-        return self._tally(rule, len(confirmed) + len(fresh), [*confirmed, *fresh])
-
-    def _naming(
-        self, rule: TallyRule, parent_key: Key, keys: list[Key], summed: str | None
-    ) -> list[Item]:
-        """The base items of ``keys``, read consistently, that name ``parent_key`` now (not
-        gone, not moved, not out of the counted status)."""
-        through = rule.through
-        assert through is not None
-        if not keys:
-            return []
-        return [
+        keys = [self.rules.key_of(item) for item in indexed] + [note.key for note in fresh]
+        confirmed = [
             item
             for item in self._get_items(keys, *through.attributes, summed)
+            # Not a stale entry: the child did not move, nor leave the counted status.
             if rule.indexed_parent(item, self.rules.table) == parent_key
         ]
+        return self._tally(rule, len(confirmed), confirmed)
 
     def has_more_children(self, rule: TallyRule, parent_key: Key, than: int) -> bool:
         """Does the parent have more than ``than`` children? One ``Select=COUNT`` query of at
@@ -177,5 +175,9 @@ class ParentReads(TableAccess):
         }
 
 
-def _identity(key: Key) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(key.items()))
+def _as_item(rule: TallyRule, note: Noted) -> Item:
+    """A noted child as the stream showed it last: its key and (a sum's) amount."""
+    item: Item = dict(note.key)
+    if isinstance(rule, SumRule) and note.amount is not None:
+        item[rule.summed] = note.amount
+    return item

@@ -17,6 +17,7 @@ from tally.reconciler.audit_outbox import LEASE_SECONDS
 from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.protocol.carry import Carry
+from tally.reconciler.protocol.window import Noted
 
 TABLE = "audit"
 KEY = {"PK": "POST#a91f", "SK": "META"}
@@ -290,31 +291,39 @@ def test_a_carry_is_replaced_only_from_the_state_it_was_read_in(store: AuditStor
 
 def test_recent_index_children_are_read_back_within_their_window_only(client: Any) -> None:
     """The stream's window of children found through an index: a child noted under a parent
-    is read back for ``window`` seconds after it was last noted, under that parent and rule
-    only; TTL (which deletes late) is set to the same moment."""
+    is read back, as its latest record left it, for ``window`` seconds after it was noted,
+    under that parent and rule only; an older record never replaces a newer one's note; TTL
+    (which deletes late) is set to the same moment."""
     clock = Clock()
     store = AuditStore(client, TABLE, clock)
     ann, bob = {"PK": "USER#ann", "SK": "PROFILE"}, {"PK": "USER#bob", "SK": "PROFILE"}
     dan, eve, fay = ({"PK": f"USER#{n}", "SK": "FOLLOWS#ann"} for n in ("dan", "eve", "fay"))
     start = clock.now
-    store.remember_children("followers", ann, [dan, eve, dan], 900)
+    store.remember_children(
+        "followers",
+        ann,
+        [Noted(dan, "900", True), Noted(eve, "7", True), Noted(dan, "1000", False)],
+        900,
+    )
     clock.now += 100
-    store.remember_children("followers", ann, [fay], 900)
+    store.remember_children("followers", ann, [Noted(fay, "1200", None)], 900)
 
-    def recent(rule: str = "followers", parent: dict[str, str] = ann) -> list[dict[str, str]]:
-        return sorted(store.recent_children(rule, parent, 900), key=lambda k: k["PK"])
+    def recent(rule: str = "followers", parent: dict[str, str] = ann) -> list[Noted]:
+        return sorted(store.recent_children(rule, parent, 900), key=lambda n: n.key["PK"])
 
-    assert recent() == [dan, eve, fay]
+    assert recent() == [Noted(dan, "1000", False), Noted(eve, "7", True), Noted(fay, "1200", None)]
     assert recent(parent=bob) == [] and recent(rule="likes") == []
+    store.remember_children("followers", ann, [Noted(dan, "950", True)], 900)  # older: kept out
+    assert recent()[0] == Noted(dan, "1000", False)
     clock.now = start + 950  # dan and eve were noted 950 s ago, fay 850 s ago
-    assert recent() == [fay]
-    store.remember_children("followers", ann, [dan], 900)  # a redelivery notes it anew
-    assert recent() == [dan, fay]
+    assert recent() == [Noted(fay, "1200", None)]
+    store.remember_children("lines", ann, [Noted(dan, "1300", True, Decimal("2.50"))], 900)
+    assert recent(rule="lines") == [Noted(dan, "1300", True, Decimal("2.50"))]
     item = client.get_item(
         TableName=TABLE,
         Key=serialize(
             {
-                "PK": 'PARENT#followers#{"PK":"USER#ann","SK":"PROFILE"}',
+                "PK": 'PARENT#lines#{"PK":"USER#ann","SK":"PROFILE"}',
                 "SK": 'RECENT#{"PK":"USER#dan","SK":"FOLLOWS#ann"}',
             }
         ),

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tally.reconciler.grouping import group_records
+from tally.reconciler.protocol.window import latest
 from tally.rules import load_rules
 from tests.utils import stream_record
 
@@ -122,12 +123,14 @@ def test_every_change_of_a_followees_count_notes_its_edge_in_the_group_whatever_
     in the followee's group of its batch, and no record that left the count alone does."""
     stored: dict[str, dict[str, Any] | None] = {"dan": None, "eve": None}
     records: list[Any] = []
+    written: list[dict[str, Any] | None] = []  # per record: the edge it left
     changed: list[set[tuple[str, str]]] = []  # per record: (followee, follower) it moved
     for follower, image in history:
         before = stored[follower]
         if before is None and image is None:
             continue
         records.append(record(follower, before, image))
+        written.append(image)
         parents = {counted(before), counted(image)} - {None}
         moved = counted(before) != counted(image)
         changed.append({(str(p), follower) for p in parents} if moved else set())
@@ -135,9 +138,18 @@ def test_every_change_of_a_followees_count_notes_its_edge_in_the_group_whatever_
     bounds = sorted({0, len(records), *(c for c in cuts if c <= len(records))})
     for start, end in pairwise(bounds):
         expected = set().union(*changed[start:end]) if end > start else set()
+        groups = group_records(records[start:end], RULES).groups.values()
         noted = {
-            (group.parent_key["PK"], child["PK"].removeprefix("USER#"))
-            for group in group_records(records[start:end], RULES).groups.values()
-            for child in group.indexed_children
+            (group.parent_key["PK"], note.key["PK"].removeprefix("USER#"))
+            for group in groups
+            for note in group.indexed_children
         }
         assert noted == expected
+        # An edge's latest note in a group says whether its last change there left it
+        # counted under that parent.
+        for group in groups:
+            parent = group.parent_key["PK"]
+            for note in latest(group.indexed_children).values():
+                follower = note.key["PK"].removeprefix("USER#")
+                last = max(i for i in range(start, end) if (parent, follower) in changed[i])
+                assert note.counted == (counted(written[last]) == parent)

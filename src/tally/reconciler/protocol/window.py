@@ -1,0 +1,51 @@
+"""Children found through an index: the stream's window. What the stream showed of a child
+lately is what a look counts, not what a lagging index shows of it (docs/verification.md,
+"Children found through an index")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from tally.rules import Key
+
+KeyId = tuple[tuple[str, str], ...]
+
+
+def key_id(key: Key) -> KeyId:
+    """A key as a hashable, order-free identity."""
+    return tuple(sorted(key.items()))
+
+
+@dataclass(frozen=True)
+class Noted:
+    """A child the stream showed changing under a parent: by the record with
+    ``sequence_number``, after which its image named the parent (``counted``) or not, with
+    ``amount`` (a sum's; None for a count). ``counted`` None: the record held an amount no
+    writer could store, so only the table can say."""
+
+    key: Key
+    sequence_number: str
+    counted: bool | None
+    amount: Decimal | None = None
+
+
+def latest(notes: Iterable[Noted]) -> dict[KeyId, Noted]:
+    """Per child, the note of its latest record (one item's records are in order on its
+    shard, so their sequence numbers compare as numbers)."""
+    found: dict[KeyId, Noted] = {}
+    for note in notes:
+        seen = found.get(key_id(note.key))
+        if seen is None or int(note.sequence_number) >= int(seen.sequence_number):
+            found[key_id(note.key)] = note
+    return found
+
+
+def split(hits: Mapping[KeyId, Any], noted: Mapping[KeyId, Noted]) -> tuple[list[Any], list[Noted]]:
+    """What a look counts: the index's hits for the children the stream did not show lately
+    (their entries are older than the window: the index has them as they are), and the
+    noted children, whatever the index shows of them (it may not show them yet, or show
+    them as they were)."""
+    return [hit for id_, hit in hits.items() if id_ not in noted], list(noted.values())
