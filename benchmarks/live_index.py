@@ -6,10 +6,11 @@ shopping-cart aggregator keeps product totals late; the pump verifies while the 
 (tests/harness/index_lag.py); an injector breaks followee counts and product totals
 (tests/harness/live_index.py). Each run counts false negatives, false positives, lost
 writes and harmful writes; fault -> alert latencies are pooled over the runs per fault kind;
-the reconciler's read units per 1,000 edge (line) writes are set against a naive recount
-(one eventually consistent Query of each touched followee (product) per write, costed by
-running it on the final table with ReturnConsumedCapacity). Prints the table and the goal
-lines, writes the JSON.
+the reconciler's read and write units per 1,000 edge (line) writes (the table, its indexes
+and the audit table) are set against a naive recount (one eventually consistent Query of
+each touched followee (product) per write, costed by running it on the final table with
+ReturnConsumedCapacity), and in dollars against the writers' own writes. Prints the table
+and the goal lines, writes the JSON.
 
     python benchmarks/live_index.py --runs 3
 
@@ -41,20 +42,38 @@ from tests.harness.live_index import (  # noqa: E402
     pooled,
 )
 
+# On-demand prices in us-east-1 since November 2024, dollars per request unit.
+READ_UNIT, WRITE_UNIT = 0.125e-6, 0.625e-6
+# What the writers' own writes cost per child write: a follow is a TransactWriteItems of the
+# edge and the followee's counter (two items, transactional: 2 write units each); a cart line
+# is a plain put (1) that the aggregator later ADDs to its product's total (1).
+OWN_WRITE_UNITS = {"followers": 4.0, "products": 2.0}
+
 
 def cost_summary(outcomes: list[Outcome]) -> dict[str, dict[str, float]]:
-    """Per rule, over every run: writes, read units, and per 1,000 writes."""
+    """Per rule, over every run: child writes, the reconciler's read and write units (the
+    table, its indexes and the audit table), per child write, and in dollars against the
+    writers' own writes and a naive index query per write."""
     summary: dict[str, dict[str, float]] = {}
     for rule in ("followers", "products"):
-        writes = sum(o.cost[rule]["writes"] for o in outcomes)
-        reconciler = sum(o.cost[rule]["reconciler"] for o in outcomes)
+        writes = max(sum(o.cost[rule]["writes"] for o in outcomes), 1)
+        reads = sum(o.cost[rule]["reconciler"] for o in outcomes)
+        written = sum(o.cost[rule].get("reconciler_write_units", 0.0) for o in outcomes)
         naive = sum(o.cost[rule]["naive"] for o in outcomes)
+        dollars = reads * READ_UNIT + written * WRITE_UNIT
         summary[rule] = {
             "writes": writes,
-            "reconciler_ru": round(reconciler, 1),
+            "reconciler_ru": round(reads, 1),
+            "reconciler_wu": round(written, 1),
             "naive_ru": round(naive, 1),
-            "reconciler_per_1000": round(1000 * reconciler / max(writes, 1), 1),
-            "naive_per_1000": round(1000 * naive / max(writes, 1), 1),
+            "reconciler_per_1000": round(1000 * reads / writes, 1),
+            "reconciler_wu_per_1000": round(1000 * written / writes, 1),
+            "units_per_write": round((reads + written) / writes, 2),
+            "naive_per_1000": round(1000 * naive / writes, 1),
+            "naive_units_per_write": round(naive / writes, 2),
+            "dollars_per_million_writes": round(1e6 * dollars / writes, 2),
+            "own_dollars_per_million_writes": round(1e6 * OWN_WRITE_UNITS[rule] * WRITE_UNIT, 2),
+            "naive_dollars_per_million_writes": round(1e6 * naive * READ_UNIT / writes, 2),
         }
     return summary
 
@@ -109,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     results["cost"] = cost
     for rule, row in cost.items():
         print(
-            f"  {rule}: {row['writes']:.0f} writes, reconciler {row['reconciler_per_1000']} RU "
-            f"per 1,000, naive recount {row['naive_per_1000']} RU per 1,000",
+            f"  {rule}: {row['writes']:.0f} writes; reconciler {row['reconciler_per_1000']} RU "
+            f"and {row['reconciler_wu_per_1000']} WU per 1,000 ({row['units_per_write']} units "
+            f"a write, ${row['dollars_per_million_writes']} per million writes); naive index "
+            f"query {row['naive_per_1000']} RU per 1,000 ({row['naive_units_per_write']} units, "
+            f"${row['naive_dollars_per_million_writes']}); the writers' own writes "
+            f"${row['own_dollars_per_million_writes']} per million",
             file=out,
         )
     totals = [sum(o.counts()[n] for o in outcomes) for n in range(4)]

@@ -79,6 +79,7 @@ class AuditRecentChildren(AuditTable):
                         str(int(str(item["seq"]))),
                         item.get("counted"),
                         item.get("amount"),
+                        float(item["at"]),
                     )
                 )
             if "LastEvaluatedKey" not in response:

@@ -3,6 +3,7 @@ tells when to look excepted)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -128,13 +129,15 @@ class ParentReads(TableAccess):
                 if claimed(key):
                     hits[window.key_id(key)] = item
         noted = window.latest(note for note in recent if claimed(note.key))
+        summed = rule.summed if isinstance(rule, SumRule) else None
+        listed = {id_: hit.get(summed) if summed else None for id_, hit in hits.items()}
+        self.reads.looked_through_index(window.index_behind(listed, noted, time.time()))
         indexed, fresh = window.split(hits, noted)
         if all(note.counted is not None for note in fresh):
             shown = [*indexed, *(_as_item(rule, n) for n in fresh if n.counted)]
             total = self._tally(rule, len(shown), shown)
             if not total.unreadable and (total.actual == counter or not confirm):
                 return total
-        summed = rule.summed if isinstance(rule, SumRule) else None
         keys = [self.rules.key_of(item) for item in indexed] + [note.key for note in fresh]
         confirmed = [
             item

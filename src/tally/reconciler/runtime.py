@@ -105,6 +105,8 @@ def emit_metrics(verified: Reconciler) -> None:
         metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)
     for lifetime in stats.drift_lifetimes:
         metrics.add_metric(name="DriftLifetime", unit=MetricUnit.Seconds, value=lifetime)
+    for behind in reads.index_behind:
+        metrics.add_metric(name="IndexBehindSeconds", unit=MetricUnit.Seconds, value=behind)
     for dimension, counts in (("Kind", stats.findings), ("Outcome", stats.repairs)):
         name = "Findings" if dimension == "Kind" else "Repairs"
         for label, n in counts.items():

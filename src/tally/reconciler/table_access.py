@@ -17,11 +17,14 @@ BATCH_GET = 100  # BatchGetItem's limit of keys per request
 
 @dataclass
 class Reads:
-    """What verification cost: items read and read capacity consumed."""
+    """What verification cost (items read, read capacity consumed), and how far behind the
+    indexes it read were."""
 
     items: int = 0
     capacity: Decimal = Decimal(0)
     recounts: int = 0
+    # Per look through an index: at least how many seconds the index was behind the stream.
+    index_behind: list[float] = field(default_factory=list)
     # Item collections are verified concurrently: each total moves under this lock.
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -34,6 +37,10 @@ class Reads:
     def recounted(self) -> None:
         with self._lock:
             self.recounts += 1
+
+    def looked_through_index(self, behind: float) -> None:
+        with self._lock:
+            self.index_behind.append(behind)
 
 
 class TableAccess:

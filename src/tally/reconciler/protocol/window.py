@@ -5,7 +5,7 @@ lately is what a look counts, not what a lagging index shows of it (docs/verific
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -30,6 +30,8 @@ class Noted:
     sequence_number: str
     counted: bool | None
     amount: Decimal | None = None
+    # When it was noted (epoch seconds; 0: not read back from the window yet).
+    at: float = field(default=0.0, compare=False)
 
 
 def latest(notes: Iterable[Noted]) -> dict[KeyId, Noted]:
@@ -49,3 +51,24 @@ def split(hits: Mapping[KeyId, Any], noted: Mapping[KeyId, Noted]) -> tuple[list
     noted children, whatever the index shows of them (it may not show them yet, or show
     them as they were)."""
     return [hit for id_, hit in hits.items() if id_ not in noted], list(noted.values())
+
+
+def index_behind(
+    shown: Mapping[KeyId, Decimal | None], noted: Mapping[KeyId, Noted], now: float
+) -> float:
+    """At least how far behind the stream the index is, in seconds: the age of the oldest
+    noted change it does not show yet (a child noted as counted that it does not list, or
+    lists with another amount; one noted as not counted that it still lists); 0 when it
+    shows every noted change. ``shown``: the index's hits, with the amount each shows (None:
+    a count's)."""
+    ages = [
+        now - note.at
+        for id_, note in noted.items()
+        if note.counted is not None
+        and note.at
+        and (
+            (id_ in shown) != note.counted
+            or (note.counted and note.amount is not None and shown[id_] != note.amount)
+        )
+    ]
+    return max([0.0, *ages])
