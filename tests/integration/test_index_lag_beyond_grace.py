@@ -238,3 +238,33 @@ def test_a_parent_that_keeps_moving_is_looked_at_every_four_graces_and_judged_on
         followers.stack.run_rechecks()
     assert kinds(followers.stack.alerts()) == [("drift", "USER#ann", "applied")]
     assert followers.count("ann") == 9
+
+
+@pytest.mark.parametrize(
+    "amount", ["1E+40", "-9.99E+125", "1E-130", "12345678901234567890123456789012345678"]
+)
+def test_a_line_of_any_amount_dynamodb_holds_is_noted_judged_and_blocks_nothing(
+    followers: Followers, amount: str
+) -> None:
+    """A cart line written behind the total's back with an amount no writer of the rule
+    stores, but DynamoDB does: its batch is noted (the stream's window) and verified, never
+    retried for ever, and its parent is judged (alerted, never repaired: the rule alerts)."""
+    product_with_two_lines(followers)
+    followers.stack.dynamodb.put_item(
+        TableName=followers.stack.table,
+        Item={
+            "PK": {"S": "CART#9"},
+            "SK": {"S": "PRODUCT#p"},
+            "quantity": {"N": amount},
+        },
+    )
+    followers.lag.hidden.append({"PK": "CART#9", "SK": "PRODUCT#p"})
+    assert followers.stack.pump_retrying() == 1  # one record, delivered once, not failed
+    settle(followers, 100)
+    (alert,) = followers.stack.alerts()
+    assert alert["key"]["PK"] == "PRODUCT#p" and alert["repair"]["status"] == "skipped"
+    assert followers.stack.item("PRODUCT#p", "TOTAL") == {
+        "PK": "PRODUCT#p",
+        "SK": "TOTAL",
+        "quantity": 5,
+    }

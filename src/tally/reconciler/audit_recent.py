@@ -25,16 +25,21 @@ class AuditRecentChildren(AuditTable):
     def remember_children(
         self, rule: str, parent: Mapping[str, str], notes: Iterable[Noted], window: int
     ) -> None:
-        """Note each child as its latest record left it. A note is replaced only by a later
-        record's (a redelivered or retried batch cannot bring an older state back)."""
+        """Note each child as its latest record left it, at the record's stream time (now
+        when it has none, or one ahead of this clock). A note is replaced only by a later
+        record's (a redelivered or retried batch cannot bring an older state back); a record
+        older than the window (a replay of an old batch) is not noted: the index shows it."""
         now = int(self.clock())
         for note in latest(notes).values():
+            at = int(note.at) if 0 < note.at <= now else now
+            if at < now - window:
+                continue
             item: dict[str, Any] = {
                 "PK": parent_pk(rule, parent),
                 "SK": f"{PREFIX}{key_json(note.key)}",
                 "seq": note.sequence_number.zfill(SEQUENCE_DIGITS),
-                "at": now,
-                "expiresAt": now + window,
+                "at": at,
+                "expiresAt": at + window,
             }
             if note.counted is not None:
                 item["counted"] = note.counted

@@ -211,7 +211,7 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
                 evidence = Evidence(sequence_number, event, keys, at=at)
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
                 if by_image:  # only the table can say what counts
-                    group.indexed_children.append(Noted(keys, sequence_number, None))
+                    group.indexed_children.append(Noted(keys, sequence_number, None, None, _at(at)))
                 return
         delta = subtract(after or Decimal(0), before or Decimal(0))
     elif by_image:
@@ -222,7 +222,7 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
         return
     if by_image:
         summed = after if isinstance(rule, SumRule) and new else None
-        group.indexed_children.append(Noted(keys, sequence_number, bool(new), summed))
+        group.indexed_children.append(Noted(keys, sequence_number, bool(new), summed, _at(at)))
     evidence = Evidence(sequence_number, event, keys, at=at)
     group.evidence.append(evidence)
     if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, TallyRule):
@@ -234,6 +234,11 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
         group.ttl_removed = True
     group.child_delta = add(group.child_delta, delta)
     group.deltas.append((sequence_number, delta.copy_negate()))
+
+
+def _at(at: Any) -> float:
+    """A record's stream time in epoch seconds, 0 when it has none that is plausible."""
+    return float(at) if isinstance(at, int | float | Decimal) and 0 < at < 10**11 else 0.0
 
 
 def _named_by(rule: AnyRule, rules: RuleSet, image: Mapping[str, Any]) -> Key | None:

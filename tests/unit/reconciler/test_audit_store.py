@@ -319,6 +319,15 @@ def test_recent_index_children_are_read_back_within_their_window_only(client: An
     assert recent() == [Noted(fay, "1200", None)]
     store.remember_children("lines", ann, [Noted(dan, "1300", True, Decimal("2.50"))], 900)
     assert recent(rule="lines") == [Noted(dan, "1300", True, Decimal("2.50"))]
+    # Noted at the record's stream time; one older than the window (a replay) is not noted,
+    # one ahead of this clock is noted now.
+    old, ahead = clock.now - 901, clock.now + 60
+    store.remember_children("old", ann, [Noted(dan, "1", True, None, old)], 900)
+    store.remember_children("ahead", ann, [Noted(dan, "1", True, None, ahead)], 900)
+    store.remember_children("then", ann, [Noted(dan, "1", True, None, clock.now - 100)], 900)
+    assert recent(rule="old") == []
+    assert [n.at for n in recent(rule="ahead")] == [int(clock.now)]
+    assert [n.at for n in recent(rule="then")] == [int(clock.now) - 100]
     item = client.get_item(
         TableName=TABLE,
         Key=serialize(
