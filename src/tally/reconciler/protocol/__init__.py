@@ -4,7 +4,8 @@ One module per section of docs/verification.md, in its order: ``balance`` (1. th
 path: did a batch's writes cancel out), ``carry`` (1b. folding a hot parent's remainder, and
 how much of its window is left), ``judgement`` (2. a parent's counter against its children's
 truth), ``lifecycle`` (parents that are gone: orphans and emptied parents on a second look),
-``repair`` (3. whether a finding may be repaired, and what the settings refuse), ``gaps``
+``window`` (children found through an index: what the stream showed of them lately counts,
+not what the index shows yet), ``repair`` (3. whether a finding may be repaired, and what the settings refuse), ``gaps``
 (4. missing runs, duplicates, the counter against its members), ``batching`` (item
 collections verified at once). The I/O around them (reads, fenced writes, the audit table,
 alerts) lives one level up, in ``tally.reconciler``.
