@@ -7,6 +7,6 @@ truth), ``lifecycle`` (parents that are gone: orphans and emptied parents on a s
 ``window`` (children found through an index: what the stream showed of them lately counts,
 not what the index shows yet), ``repair`` (3. whether a finding may be repaired, and what
 the settings refuse), ``gaps`` (4. missing runs, duplicates, the counter against its
-members), ``batching`` (item collections verified at once). The I/O around them (reads, fenced writes, the audit table,
-alerts) lives one level up, in ``tally.reconciler``.
+members), ``batching`` (item collections verified at once). The I/O around them (reads,
+fenced writes, the audit table, alerts) lives one level up, in ``tally.reconciler``.
 """
