@@ -5,6 +5,7 @@ counts them so and not as an index that may lag shows them (docs/verification.md
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -14,6 +15,9 @@ from tally.reconciler.audit_table import AuditTable, key_json, parent_pk
 from tally.reconciler.protocol.window import Noted, latest
 
 PREFIX = "RECENT#"
+# DynamoDB's limits on a partition and a sort key, in bytes: a key JSON past them (a key of
+# non-ASCII text escapes to six bytes a character) is named by its digest instead.
+MAX_PARTITION_KEY, MAX_SORT_KEY = 2048, 1024
 # Sequence numbers are decimal strings of up to 40 digits: zero-padded, they compare as text.
 SEQUENCE_DIGITS = 48
 
@@ -34,9 +38,11 @@ class AuditRecentChildren(AuditTable):
             at = int(note.at) if 0 < note.at <= now else now
             if at < now - window:
                 continue
+            child = key_json(note.key)
             item: dict[str, Any] = {
-                "PK": parent_pk(rule, parent),
-                "SK": f"{PREFIX}{key_json(note.key)}",
+                "PK": _notes_pk(rule, parent),
+                "SK": _fitting(f"{PREFIX}{child}", MAX_SORT_KEY),
+                "child": child,
                 "seq": note.sequence_number.zfill(SEQUENCE_DIGITS),
                 "at": at,
                 "expiresAt": at + window,
@@ -65,7 +71,7 @@ class AuditRecentChildren(AuditTable):
             "TableName": self.table_name,
             "KeyConditionExpression": "PK = :pk AND begins_with(SK, :prefix)",
             "ExpressionAttributeValues": serialize(
-                {":pk": parent_pk(rule, parent), ":prefix": PREFIX}
+                {":pk": _notes_pk(rule, parent), ":prefix": PREFIX}
             ),
             "ConsistentRead": True,
             "ReturnConsumedCapacity": "TOTAL",
@@ -80,7 +86,7 @@ class AuditRecentChildren(AuditTable):
                     continue
                 notes.append(
                     Noted(
-                        json.loads(str(item["SK"])[len(PREFIX) :]),
+                        json.loads(str(item["child"])),
                         str(int(str(item["seq"]))),
                         item.get("counted"),
                         item.get("amount"),
@@ -90,3 +96,16 @@ class AuditRecentChildren(AuditTable):
             if "LastEvaluatedKey" not in response:
                 return notes
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _notes_pk(rule: str, parent: Mapping[str, str]) -> str:
+    """The parent's partition (``parent_pk``), or its digest when that is too long a key."""
+    return _fitting(parent_pk(rule, parent), MAX_PARTITION_KEY)
+
+
+def _fitting(key: str, limit: int) -> str:
+    """``key``, or (past ``limit`` bytes) its prefix up to the first ``{`` and a digest."""
+    if len(key.encode()) <= limit:
+        return key
+    head = key[: key.index("{")] if "{" in key else ""
+    return f"{head}sha256:{hashlib.sha256(key.encode()).hexdigest()}"

@@ -39,8 +39,6 @@ from tally.rules import CountRule, Key, SumRule, TallyRule
 # recount (about 3 RCU) costs less than the carry's read, write (1 WCU, priced as 5 RCU) and
 # later recheck, and leaves no state behind.
 SMALL_PARENT = 100
-# A look at a parent that keeps moving comes a grace later, then two, then four at most.
-LOOK_DOUBLINGS = 2
 
 
 @dataclass(frozen=True)
@@ -108,10 +106,12 @@ class Counts:
         # between them: no carry. The index may not show this batch's writes yet.
         reason = "children found through an index unbalanced"
         delay, state = rule.through.grace_seconds, group.parent_state
-        if state is None:
+        if state is None and rule.revision is not None:
             # A batch of children only: the parent as it stands, so that a look a grace later
             # may judge it if it held still. An eventually consistent read may answer an
-            # older state: the look then finds it moved, and only looks again.
+            # older state; the writers bump the revision with every change, so the look then
+            # finds it moved and only looks again. (Without a revision an older counter may
+            # come back: such a look reads the parent first, and judges a grace later.)
             parent = self._table.read_parent(rule, group.parent_key, consistent=False)
             state = _state(parent)
         self._followups.schedule(rule, group.parent_key, 0, reason, delay=delay, reference=state)
@@ -390,11 +390,9 @@ class Counts:
     def _look_again(
         self, rule: TallyRule, key: Key, state: str, observed: Observed | None, looks: int
     ) -> None:
-        """Looked at again from ``state``, twice as late each time the parent keeps moving, up
-        to ``LOOK_DOUBLINGS`` times: a parent that never rests costs one read of it every four
-        graces, and one that rests is judged at most four graces later."""
+        """Looked at again from ``state``, twice as late each time the parent keeps moving."""
         assert rule.through is not None
-        delay = min(rule.through.grace_seconds << min(looks, LOOK_DOUBLINGS), MAX_DELAY_SECONDS)
+        delay = min(rule.through.grace_seconds << min(looks, 10), MAX_DELAY_SECONDS)
         self._followups.schedule(
             rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
         )

@@ -130,7 +130,8 @@ class ParentReads(TableAccess):
                     hits[window.key_id(key)] = item
         noted = window.latest(note for note in recent if claimed(note.key))
         summed = rule.summed if isinstance(rule, SumRule) else None
-        listed = {id_: hit.get(summed) if summed else None for id_, hit in hits.items()}
+        # What the index shows of each hit: a sum's amount (absent counts 0), or nothing.
+        listed = {id_: hit.get(summed, Decimal(0)) if summed else None for id_, hit in hits.items()}
         self.reads.looked_through_index(window.index_behind(listed, noted, time.time()))
         indexed, fresh = window.split(hits, noted)
         if all(note.counted is not None for note in fresh):
