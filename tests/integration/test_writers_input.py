@@ -11,7 +11,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tally.rules import load_rules
-from tally.writers import InvalidRequestError, SequenceAllocator, TallyWriter, WriteResult
+from tally.writers import (
+    InvalidCounterError,
+    InvalidRequestError,
+    SequenceAllocator,
+    TallyWriter,
+    WriteResult,
+)
 from tally.writers import items as limits
 from tests.harness.tables import throwaway_table
 from tests.integration.conftest import RULES_FILE
@@ -211,6 +217,26 @@ def test_a_change_whose_difference_needs_more_than_38_digits_is_refused(
     with pytest.raises(InvalidRequestError) as raised:
         TallyWriter(dynamodb, table_name, RULES).change_amount(line, Decimal("1E-100"))
     assert raised.value.field == ("amount",)
+    assert seeded() == before
+
+
+@pytest.mark.parametrize("amount", ["1E+40", "-1E+40", "9" * 38, "1E-100", "1.23456789E+125"])
+@pytest.mark.parametrize("operation", ["remove", "change"])
+def test_a_line_whose_stored_amount_no_writer_stores_is_refused_naming_it(
+    dynamodb, table_name, seeded, operation, amount
+) -> None:
+    """``TallyWriter`` itself, not only the HTTP API: InvalidCounterError on the amount."""
+    line = {"PK": "ORDER#foreign", "SK": "LINE#1"}
+    put(dynamodb, table_name, {"PK": "ORDER#foreign", "SK": "META", "total": Decimal(0)})
+    put(dynamodb, table_name, {**line, "amount": Decimal(amount)})
+    before = seeded()
+    writer = TallyWriter(dynamodb, table_name, RULES)
+    with pytest.raises(InvalidCounterError) as refused:
+        if operation == "remove":
+            writer.remove_child(line)
+        else:
+            writer.change_amount(line, 5)
+    assert (refused.value.attribute, refused.value.key) == ("amount", line)
     assert seeded() == before
 
 
