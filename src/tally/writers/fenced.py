@@ -88,7 +88,7 @@ def fenced_writes(
     parents: list[tuple[Key, Decimal]] = []
     if operation == "remove":
         entry = {"Delete": child}
-        parents = [(parent, -old)] if parent is not None else []
+        parents = [(parent, old.copy_negate())] if parent is not None else []
     elif operation == "change":
         assert isinstance(rule, SumRule) and new is not None
         if new == old:

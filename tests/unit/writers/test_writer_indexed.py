@@ -292,3 +292,12 @@ def test_a_number_read_in_dynamodbs_plain_notation_is_fenced_as_it_holds_it() ->
     entry, parents = planned
     assert entry["Delete"]["ExpressionAttributeValues"][":index1"] == {"N": "1E+40"}
     assert parents == []  # a number is no FOLLOWING# status: the edge is counted nowhere
+
+
+def test_a_move_negates_an_amount_exactly_whatever_its_digits() -> None:
+    amount = Decimal("12345678901234567890123456789012345.67")  # 37 digits
+    old, new = {"PK": "SKU#a", "SK": "ALLCARTS"}, {"PK": "SKU#b", "SK": "ALLCARTS"}
+    assert moves(old, new, amount) == [
+        (old, Decimal("-12345678901234567890123456789012345.67")),
+        (new, amount),
+    ]
