@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.harness.http import encoded, http_event, invoke, invoke_event, rest_event
-from tests.integration.test_writer_api import _invoker, put
+from tests.integration.test_writer_api import _invoker, get, put
 
 POST = {"PK": "POST#a91f", "SK": "META"}
 LIKE = {"PK": "POST#a91f", "SK": "LIKE#USER#7c20"}
@@ -238,6 +238,38 @@ def test_a_removal_on_a_counter_past_the_range_names_it(
     status, answer = call("DELETE", "/children", {"key": LIKE})
     assert (status, answer.get("attribute")) == (409, attribute), answer
     assert snapshot(dynamodb, table_name) == before
+
+
+# Amounts DynamoDB holds that no writer stores under the order-total rule's domain (at most
+# 2 decimal places, |amount| <= 1E+15): a foreign writer's, or one from before the domain.
+# DynamoDB returns 1E+40 as 41 digits, 1.23456789E+125 as 126.
+FOREIGN_AMOUNTS = ["1E+40", "-1E+40", "9" * 38, "1E-100", "1.23456789E+125", "1E+20", "0.001"]
+
+
+@pytest.mark.parametrize("amount", FOREIGN_AMOUNTS)
+@pytest.mark.parametrize("total", ["0", "5", "same"])
+@pytest.mark.parametrize("method", ["DELETE", "PATCH"])
+def test_a_line_whose_stored_amount_no_writer_stores_is_judged_never_a_5xx(
+    call, dynamodb, table_name, method, amount, total
+) -> None:
+    """Removing the line, or changing its amount to 5: never a 5xx. A refusal (4xx) names the
+    amount and writes nothing; a success moved the total by exactly the difference."""
+    total = amount if total == "same" else total
+    put(dynamodb, table_name, {**ORDER, "total": number(total)})
+    put(dynamodb, table_name, {**LINE, "amount": number(amount)})
+    before = snapshot(dynamodb, table_name)
+    body: dict[str, Any] = {"key": LINE} | ({"amount": 5} if method == "PATCH" else {})
+    status, answer = call(method, "/children", body)
+    assert status < 500, answer
+    if status >= 400:
+        assert answer.get("attribute") == "amount" and "amount" in answer["error"], answer
+        assert answer["key"] == LINE, answer
+        assert snapshot(dynamodb, table_name) == before
+        return
+    new = Decimal(5) if method == "PATCH" else Decimal(0)
+    assert (get(dynamodb, table_name, LINE) or {}).get("amount") == (new or None)
+    expected = _EXACT.add(_EXACT.subtract(number(total), number(amount)), new)
+    assert (get(dynamodb, table_name, ORDER) or {})["total"] == expected
 
 
 def test_an_atomic_allocation_for_a_registered_natural_key_writes_nothing(

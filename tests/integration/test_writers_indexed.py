@@ -27,6 +27,7 @@ from tally.local.template import create_table_from, rules_table_kwargs
 from tally.rules import CountRule, RuleSet, SumRule, parse_rules
 from tally.writers import (
     IdempotencyConflictError,
+    InvalidCounterError,
     InvalidRequestError,
     ParentNotFoundError,
     TallyWriter,
@@ -386,6 +387,31 @@ def test_a_sum_line_whose_index_key_the_index_refuses_is_named_and_nothing_is_wr
             line = {"GSI2PK": "PRODUCT#a", "GSI2SK": bad, "units": 1}
             writer.add_child({"PK": "CART#1", "SK": "LINE#1"}, line)
         assert refused.value.field == ("attributes", "GSI2SK")
+    assert scan(dynamodb, table) == before
+
+
+@pytest.mark.parametrize("units", ["1E+40", "-1E+40", "9" * 38, "1E-100", "0.001"])
+@pytest.mark.parametrize("operation", ["remove", "change", "move"])
+def test_a_line_whose_stored_amount_no_writer_stores_is_refused_naming_it(
+    dynamodb: Any, table: str, writer: TallyWriter, operation: str, units: str
+) -> None:
+    """A line another writer stored outside the rule's amount domain (DynamoDB returns 1E+40
+    as 41 digits) is neither removed, changed nor moved: InvalidCounterError names its amount,
+    and nothing is written."""
+    for sku in ("a", "b"):
+        put(dynamodb, table, {"PK": f"PRODUCT#{sku}", "SK": "TOTAL", "quantity": 0})
+    line = {"PK": "CART#1", "SK": "LINE#1"}
+    stored = {"GSI2PK": "PRODUCT#a", "GSI2SK": "CART#1", "units": Decimal(units)}
+    put(dynamodb, table, {**line, **stored})
+    before = scan(dynamodb, table)
+    calls = {
+        "remove": lambda: writer.remove_child(line),
+        "change": lambda: writer.change_amount(line, 4),
+        "move": lambda: writer.move_child(line, {"GSI2PK": "PRODUCT#b"}),
+    }
+    with pytest.raises(InvalidCounterError) as refused:
+        calls[operation]()
+    assert (refused.value.attribute, refused.value.key) == ("units", line)
     assert scan(dynamodb, table) == before
 
 

@@ -10,8 +10,14 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tally.rules import load_rules
-from tally.writers import InvalidRequestError, SequenceAllocator, TallyWriter, WriteResult
+from tally.rules import load_rules, parse_rules
+from tally.writers import (
+    InvalidCounterError,
+    InvalidRequestError,
+    SequenceAllocator,
+    TallyWriter,
+    WriteResult,
+)
 from tally.writers import items as limits
 from tests.harness.tables import throwaway_table
 from tests.integration.conftest import RULES_FILE
@@ -212,6 +218,58 @@ def test_a_change_whose_difference_needs_more_than_38_digits_is_refused(
         TallyWriter(dynamodb, table_name, RULES).change_amount(line, Decimal("1E-100"))
     assert raised.value.field == ("amount",)
     assert seeded() == before
+
+
+@pytest.mark.parametrize("amount", ["1E+40", "-1E+40", "9" * 38, "1E-100", "1.23456789E+125"])
+@pytest.mark.parametrize("operation", ["remove", "change"])
+def test_a_line_whose_stored_amount_no_writer_stores_is_refused_naming_it(
+    dynamodb, table_name, seeded, operation, amount
+) -> None:
+    """``TallyWriter`` itself, not only the HTTP API: InvalidCounterError on the amount."""
+    line = {"PK": "ORDER#foreign", "SK": "LINE#1"}
+    put(dynamodb, table_name, {"PK": "ORDER#foreign", "SK": "META", "total": Decimal(0)})
+    put(dynamodb, table_name, {**line, "amount": Decimal(amount)})
+    before = seeded()
+    writer = TallyWriter(dynamodb, table_name, RULES)
+    with pytest.raises(InvalidCounterError) as refused:
+        if operation == "remove":
+            writer.remove_child(line)
+        else:
+            writer.change_amount(line, 5)
+    assert (refused.value.attribute, refused.value.key) == ("amount", line)
+    assert seeded() == before
+
+
+# A rule whose amounts span 32 digits: Python's default context (28 digits) would round them.
+WIDE = parse_rules(
+    {
+        "rules": [
+            {
+                "name": "ledger",
+                "kind": "sum",
+                "parent": {"PK": "LEDGER#*", "SK": "META"},
+                "children": {"SK": "ENTRY#*"},
+                "counter": "balance",
+                "summed": "amount",
+                "scale": 2,
+                "max_amount": "1E+30",
+            }
+        ]
+    }
+)
+
+
+def test_an_amount_of_32_digits_is_taken_off_exactly(dynamodb, table_name) -> None:
+    """Negated as ``-amount`` in Python's 28-digit context, the removal would subtract
+    1.234567890123456789012345679E+29 and leave a total of -9.88 behind."""
+    ledger, entry = {"PK": "LEDGER#wide", "SK": "META"}, {"PK": "LEDGER#wide", "SK": "ENTRY#1"}
+    put(dynamodb, table_name, {**ledger, "balance": Decimal(0)})
+    writer = TallyWriter(dynamodb, table_name, WIDE)
+    amount = Decimal("123456789012345678901234567890.12")
+    assert writer.add_child(entry, {"amount": amount}).outcome == "created"
+    assert (get(dynamodb, table_name, ledger["PK"], "META") or {})["balance"] == amount
+    assert writer.remove_child(entry).outcome == "removed"
+    assert (get(dynamodb, table_name, ledger["PK"], "META") or {})["balance"] == 0
 
 
 # --- allocations --------------------------------------------------------------------------

@@ -206,7 +206,9 @@ def _written(result: WriteResult) -> Response[str]:
 _REFUSED: OpenAPIResponse = {"description": "Refused; `detail` names each field and why."}
 _CHILD_RESPONSES: dict[int, OpenAPIResponse] = {
     404: {"description": "The parent does not exist, or (remove, change) the child does not."},
-    409: {"description": "Already present, an invalid counter, or a superseded key."},
+    409: {
+        "description": "Already present, an invalid counter or stored amount, or a superseded key."
+    },
     422: _REFUSED,
 }
 

@@ -28,8 +28,10 @@ class ParentNotFoundError(LookupError):
 
 class InvalidCounterError(ValueError):
     """A counter or revision a writer may not build on: not a number, or a number it cannot
-    add to (fractional or negative where numbers are handed out, past the range it keeps).
-    ``problem`` says which; a text value is never quoted (it may be personal)."""
+    add to (fractional or negative where numbers are handed out, past the range it keeps);
+    or a sum child's stored amount it may not take off or move (not a number, or outside
+    its rule's amount domain). ``problem`` says which; a text value is never quoted (it may
+    be personal)."""
 
     def __init__(self, key: Mapping[str, str], attribute: str, value: Any, problem: str = ""):
         # What is wrong, never the value unless it is a number (text may be personal data).

@@ -13,7 +13,7 @@ import tally.writers.indexed as indexed
 import tally.writers.items as items
 from tally.core.dynamodb import Names, serialize
 from tally.rules import Key, SumRule, TableKeys, TallyRule
-from tally.writers.errors import InvalidRequestError
+from tally.writers.errors import InvalidCounterError, InvalidRequestError
 from tally.writers.transactions import number_or_none
 
 # Exact differences of two DynamoDB numbers (exponents -168..125) fit in 300 digits.
@@ -73,9 +73,7 @@ def fenced_writes(
     keys to ``index``) fenced on ``current``, and the parents' deltas; None when the request
     would change nothing. ``parent_key`` is the parent of a child in its parent's item
     collection; an indexed child's parents are the ones its images name."""
-    old = Decimal(1)
-    if isinstance(rule, SumRule):
-        old = number_or_none(current, rule.summed, key) or Decimal(0)
+    old = stored_amount(rule, current, key) if isinstance(rule, SumRule) else Decimal(1)
     parent: Key | None = parent_key
     if rule.through is not None:
         parent = rule.indexed_parent(current, keys)
@@ -90,7 +88,7 @@ def fenced_writes(
     parents: list[tuple[Key, Decimal]] = []
     if operation == "remove":
         entry = {"Delete": child}
-        parents = [(parent, -old)] if parent is not None else []
+        parents = [(parent, old.copy_negate())] if parent is not None else []
     elif operation == "change":
         assert isinstance(rule, SumRule) and new is not None
         if new == old:
@@ -121,6 +119,32 @@ def fenced_writes(
     if values:
         child["ExpressionAttributeValues"] = serialize(values)
     return entry, parents
+
+
+def within_domain(amount: Decimal, rule: SumRule) -> bool:
+    """Whether ``amount`` lies in the rule's amount domain: at most ``scale`` decimal places
+    and at most ``max_amount`` either side of 0."""
+    if amount.copy_abs() > rule.max_amount:
+        return False
+    return amount == amount.quantize(Decimal(1).scaleb(-rule.scale), context=_EXACT)
+
+
+def stored_amount(rule: SumRule, current: Mapping[str, Any], key: Key) -> Decimal:
+    """The child's amount as stored (0 when absent), judged as an amount a writer adds is:
+    InvalidCounterError naming it when it is not a number or lies outside the rule's amount
+    domain (another writer's): taken off or moved, it would carry the total off the domain's
+    grid or past the range the writers keep, or past what DynamoDB can add exactly."""
+    amount = number_or_none(current, rule.summed, key) or Decimal(0)
+    if not within_domain(amount, rule):
+        raise InvalidCounterError(
+            key,
+            rule.summed,
+            amount,
+            f"holds {amount}, outside rule {rule.name!r}'s amount domain (at most "
+            f"{rule.scale} decimal places and at most {rule.max_amount} either side of 0): "
+            "a writer takes off or moves only an amount it could have added",
+        )
+    return amount
 
 
 def moved_parent(rule: TallyRule, keys: TableKeys, image: Mapping[str, Any]) -> Key | None:

@@ -168,7 +168,7 @@ def moves(
         return []
     updates: list[tuple[Key, Decimal]] = []
     if old_parent is not None:
-        updates.append((old_parent, -amount))
+        updates.append((old_parent, amount.copy_negate()))
     if new_parent is not None:
         updates.append((new_parent, amount))
     return updates

@@ -34,7 +34,7 @@ from tally.writers.errors import (
     IdempotencyConflictError,
     InvalidRequestError,
 )
-from tally.writers.fenced import fenced_writes
+from tally.writers.fenced import fenced_writes, within_domain
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
 from tally.writers.reserved import refuse_reserved, reserved_attributes
@@ -319,9 +319,7 @@ class TallyWriter(GuardedWriter):
 def in_domain(value: Any, rule: SumRule, field: Field) -> Decimal:
     """The amount as stored, or a refusal naming the field and the rule's amount domain."""
     amount = items.number(value, field)
-    exponent = amount.as_tuple().exponent
-    assert isinstance(exponent, int)
-    if -exponent > rule.scale or amount.copy_abs() > rule.max_amount:
+    if not within_domain(amount, rule):
         raise InvalidRequestError(
             field,
             f"{amount} is outside rule {rule.name!r}'s amount domain: at most {rule.scale} "

@@ -9,9 +9,7 @@ from collections.abc import Iterator, Mapping
 from decimal import Context, Decimal
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer
-
-from tally.core.dynamodb import Backoff, Cancelled, Names
+from tally.core.dynamodb import Backoff, Cancelled, Names, deserialize
 from tally.writers.errors import InvalidCounterError
 
 # A revision takes ADD 1 while it stays within 38 digits.
@@ -29,26 +27,17 @@ def new_token() -> str:
     return str(uuid.uuid4())
 
 
-class _ExactDeserializer(TypeDeserializer):
-    """boto3's deserializer, but every number exact whatever its digits: boto3 rounds in a
-    38-digit context and raises on a number DynamoDB returns in plain notation (1E+40 as 41
-    digits), which a writer must read to refuse it by name."""
-
-    def _deserialize_n(self, value: str) -> Decimal:
-        return Decimal(value)
-
-    def _deserialize_ns(self, value: list[str]) -> set[Decimal]:
-        return {Decimal(v) for v in value}
-
-
-_EXACT_READER = _ExactDeserializer()
-
-
 def read_item(raw: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """An item as returned by DynamoDB (``{"N": ...}`` values), numbers exact; None stays None."""
+    """An item as returned by DynamoDB (``{"N": ...}`` values), numbers exact and as DynamoDB
+    holds them; None stays None.
+
+    DynamoDB returns a number of 1E+38 or more in plain notation (1E+40 as 41 digits), which
+    boto3 refuses to read, and its serializer refuses to send back (``decimal.Rounded``) in a
+    fence or a delta. Read here, it is 1E+40 again: a writer can judge it by name and fence on it.
+    """
     if not raw:
         return None
-    return {name: _EXACT_READER.deserialize(value) for name, value in raw.items()}
+    return deserialize(raw)
 
 
 def old_item(cancelled: Cancelled, index: int) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from tally.writers.indexed import (
     named_parent,
     refused_index_key,
 )
+from tally.writers.transactions import read_item
 from tests.harness.index_tables import CART_TOTALS
 from tests.harness.index_tables import FOLLOWERS as FOLLOWERS_RULE
 
@@ -271,3 +272,32 @@ def test_a_remove_decrements_exactly_the_parent_the_stored_edge_names(
     assert {p["PK"]: int(d) for p, d in parents} == {
         k: -v for k, v in _contribution(current).items()
     }
+
+
+def test_a_number_read_in_dynamodbs_plain_notation_is_fenced_as_it_holds_it() -> None:
+    """DynamoDB returns 1E+40 as 41 digits; boto3's serializer refuses more than 38 with
+    decimal.Rounded. Read by the writers, it is 1E+40 again, and the fence serializes it."""
+    raw = {
+        "PK": {"S": "USER#ann"},
+        "SK": {"S": "FOLLOWS#x"},
+        "GSI1PK": {"S": "USER#bob"},
+        "GSI1SK": {"N": "1" + "0" * 40},
+    }
+    current = read_item(raw)
+    assert current is not None
+    assert current["GSI1SK"].as_tuple() == Decimal("1E+40").as_tuple()
+    key = {"PK": "USER#ann", "SK": "FOLLOWS#x"}
+    planned = fenced_writes("T", KEYS, "remove", key, {}, FOLLOWERS, current, None, None)
+    assert planned is not None
+    entry, parents = planned
+    assert entry["Delete"]["ExpressionAttributeValues"][":index1"] == {"N": "1E+40"}
+    assert parents == []  # a number is no FOLLOWING# status: the edge is counted nowhere
+
+
+def test_a_move_negates_an_amount_exactly_whatever_its_digits() -> None:
+    amount = Decimal("12345678901234567890123456789012345.67")  # 37 digits
+    old, new = {"PK": "SKU#a", "SK": "ALLCARTS"}, {"PK": "SKU#b", "SK": "ALLCARTS"}
+    assert moves(old, new, amount) == [
+        (old, Decimal("-12345678901234567890123456789012345.67")),
+        (new, amount),
+    ]
