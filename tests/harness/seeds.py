@@ -224,6 +224,47 @@ def take_number(client: Any, table: str, *, crash: bool = False) -> int:
     return int(current_count)
 
 
+def take_next_free(
+    client: Any,
+    table: str,
+    counter: dict[str, Any],
+    attribute: str,
+    member: Callable[[str], dict[str, Any]],
+    *,
+    between: Callable[[], Any] | None = None,
+    crash: bool = False,
+) -> int:
+    """``take_number`` for any counter item and member: seed 003's steps as written (read,
+    ADD 1 fenced on the value read, put ``member(value read)``). ``between`` runs between
+    the lock and the item: a reconciler's look at that moment."""
+    while True:
+        current_count_item = client.get_item(
+            TableName=table, Key=counter, AttributesToGet=[attribute]
+        )
+        current_count = current_count_item["Item"][attribute]["N"]
+        try:
+            client.update_item(
+                TableName=table,
+                Key=counter,
+                UpdateExpression="ADD #count :increment",
+                ConditionExpression="#count = :current_count",
+                ExpressionAttributeNames={"#count": attribute},
+                ExpressionAttributeValues={
+                    ":increment": {"N": "1"},
+                    ":current_count": {"N": current_count},
+                },
+            )
+            break
+        except client.exceptions.ConditionalCheckFailedException:
+            continue
+    if between is not None:
+        between()
+    if crash:
+        raise Crash("between the lock and the item")
+    client.put_item(TableName=table, Item=member(current_count))
+    return int(current_count)
+
+
 # --- seed 004: likes and their count split in two writes (the writer: tally.local.examples) ---
 
 

@@ -142,6 +142,7 @@ class AuditFacts:
                 digits = f"substr(i.{sort_key}, {len(rule.members.prefix) + 1})"
                 where = self._matches(rule.member_pattern(keys))
                 number, odd = self._number(digits, PLAIN_NUMBER, r"^[0-9]+$")
+                number = ordinal(rule, number)
                 slots.append(
                     _Slot(index, "M", where, self._parent_of(rule), number=number, odd=odd)
                 )
@@ -154,6 +155,7 @@ class AuditFacts:
                 value = f"i.{self._alias[members.number]}_n"
                 where = f"i.{name}_s = {literal(rule.sequence_name)} AND {value} IS NOT NULL"
                 number, odd = self._number(value, SIGNED_NUMBER, r"^-?[0-9]+$")
+                number = ordinal(rule, number)
                 slots.append(
                     _Slot(index, "M", where, self._parent_of(rule), number=number, odd=odd)
                 )
@@ -278,6 +280,12 @@ class AuditFacts:
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def ordinal(rule: SequenceRule, number: str) -> str:
+    """A member's number as its ordinal, as the reconciler judges it: member n of a counter
+    that holds the next free number is the (n+1)-th (``SequenceRule.ordinal``)."""
+    return f"({number}) + 1" if rule.counter_holds == "next" else number
 
 
 def literal(text: str) -> str:

@@ -3,10 +3,12 @@
 One pass over the exported items classifies each item once (parent, child, sequence counter
 or member of which rule), counts or sums children per parent, and describes members per
 counter (highest, duplicates, missing ranges by gaps-and-islands over the numbers held,
-never over every number). The query returns *candidates*: parents and counters whose
-exported numbers disagree. An export is not a snapshot of now, so each candidate still goes
-through the settled recount or the sequence recheck before it can become a finding. The
-first half, the items and the role each plays, is ``tally.reconciler.audit_facts``.
+never over every number), each number as its ordinal like the reconciler judges it (member n
+of a counter that holds the next free number is the (n+1)-th). The query returns
+*candidates*: parents and counters whose exported numbers disagree. An export is not a
+snapshot of now, so each candidate still goes through the settled recount or the sequence
+recheck before it can become a finding. The first half, the items and the role each plays,
+is ``tally.reconciler.audit_facts``.
 
 Numbers stay exact: children are summed as DECIMAL(38, 9), and only amounts that fit it
 exactly (at most 20 integer and 9 fractional digits) are summed. DynamoDB's numbers reach
@@ -165,11 +167,12 @@ class AuditQuery(AuditFacts):
             f" min(lo) AS first_missing FROM gaps WHERE lo <= hi GROUP BY rid, {keys})",
             "judged_sequences AS (SELECT a.rid, "
             + ", ".join(f"a.{k}" for k in self._pkeys())
-            + ", a.counter AS stored, CAST(a.highest AS VARCHAR) AS actual"
+            + f", a.counter AS stored, CAST({self._shown('a.highest')} AS VARCHAR) AS actual"
             ", CASE WHEN a.upto IS NULL THEN 1 ELSE 0 END AS invalid_counter"
             ", CASE WHEN a.odd > 0 THEN 1 ELSE 0 END AS inexact"
             ", CASE WHEN a.highest > a.upto THEN 1 ELSE 0 END AS counter_behind"
-            ", a.duplicates, coalesce(b.missing, 0) AS missing, b.first_missing"
+            ", a.duplicates, coalesce(b.missing, 0) AS missing"
+            f", {self._shown('b.first_missing')} AS first_missing"
             " FROM sequences a LEFT JOIN gap_stats b ON " + self._join("a", "b") + ")",
         ]
 
@@ -182,6 +185,18 @@ class AuditQuery(AuditFacts):
         )
 
     # --- helpers ------------------------------------------------------------------------
+
+    def _shown(self, ordinal: str) -> str:
+        """A number of the sequence row ``a`` judged as an ordinal (``audit_facts.ordinal``),
+        as the member's own: what a candidate shows."""
+        next_free = [
+            i
+            for i, rule in enumerate(self.rules)
+            if isinstance(rule, SequenceRule) and rule.counter_holds == "next"
+        ]
+        if not next_free:
+            return ordinal
+        return f"{ordinal} - CASE WHEN a.rid IN ({_ids(next_free)}) THEN 1 ELSE 0 END"
 
     def _pkeys(self) -> list[str]:
         return [f"p{i}" for i in range(len(self._keys))]

@@ -143,7 +143,7 @@ class FencedWrites(TableAccess):
         if isinstance(rule.members, IndexMembers):
             item |= {
                 rule.members.sequence_attribute: rule.sequence_name,
-                rule.members.number: Decimal(number),
+                rule.members.number: Decimal(rule.shown_number(number)),
             }
         names = Names.of(self._pk)
         put = {

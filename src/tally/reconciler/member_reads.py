@@ -65,12 +65,15 @@ class MemberReads(ParentReads):
         assert self._sk is not None
         names = Names.of(self._pk, self._sk, VOID)
         values: dict[str, Any] = {":pk": self._value(counter_key, self._pk)}
+        # The range starts at the first member's key above the watermark: the key carries
+        # the member's own number, not its ordinal (counter_holds = "next" numbers from 0).
+        first = rule.member_key(counter_key, above + 1, self.rules.table)[self._sk]
         if self.rules.table.numeric(self._sk):
-            condition = f"{names[self._sk]} > :above"
-            values[":above"] = Decimal(above)
+            condition = f"{names[self._sk]} >= :start"
+            values[":start"] = Decimal(first)
         else:
             condition = f"{names[self._sk]} BETWEEN :start AND :end"
-            values[":start"] = members.prefix + str(above + 1).zfill(members.width)
+            values[":start"] = first
             values[":end"] = members.prefix + "\U0010ffff"
         found = []
         pages = self.client.get_paginator("query").paginate(
@@ -88,7 +91,7 @@ class MemberReads(ParentReads):
                 item = deserialize(raw)
                 key = self.rules.key_of(item)
                 number = rule.member_number(key[self._sk])
-                if number is not None and number > above:
+                if number is not None and number > above and self._is_member(rule, key):
                     found.append((number, key, item.get(VOID) is True))
         return found
 
@@ -133,7 +136,8 @@ class MemberReads(ParentReads):
             ),
             ExpressionAttributeNames=names.expression_names,
             ExpressionAttributeValues=serialize(
-                {":seq": rule.sequence_name, ":above": Decimal(above)}
+                # The attribute holds the member's own number, not its ordinal.
+                {":seq": rule.sequence_name, ":above": Decimal(rule.shown_number(above))}
             ),
             ReturnConsumedCapacity="TOTAL",
         )
@@ -141,11 +145,11 @@ class MemberReads(ParentReads):
             self.reads.add(page, page["ScannedCount"])
             for raw in page["Items"]:
                 item = deserialize(raw)
-                number = item[members.number]
+                number = rule.attribute_number(item[members.number])
                 key = self.rules.key_of(item)
-                if self._is_member(rule, key) and number.is_finite() and number == int(number):
-                    void = key == index_void_key(rule, members, int(number), self.rules.table)
-                    found.append((int(number), key, void))
+                if self._is_member(rule, key) and number is not None:
+                    void = key == index_void_key(rule, members, number, self.rules.table)
+                    found.append((number, key, void))
         return found
 
     def _is_member(self, rule: SequenceRule, key: Key) -> bool:

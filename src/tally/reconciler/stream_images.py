@@ -17,7 +17,7 @@ MISSING = object()  # the attribute is not in the image
 
 
 def member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | None:
-    """The number a member image holds (None: no image, or not a member of this sequence)."""
+    """The ordinal a member image holds (None: no image, or not a member of this sequence)."""
     if not image or not isinstance(rule, SequenceRule):
         return None
     members = rule.members
@@ -28,10 +28,7 @@ def member_number(rule: AnyRule, keys: Key, image: Mapping[str, Any]) -> int | N
         return rule.member_number(value) if value is not None else None
     if attr(image, members.sequence_attribute) != rule.sequence_name:
         return None
-    number = attr(image, members.number)
-    if isinstance(number, Decimal) and number.is_finite() and number == int(number) > 0:
-        return int(number)
-    return None
+    return rule.attribute_number(attr(image, members.number))
 
 
 def amount(image: Mapping[str, Any], attribute: str) -> Decimal | None:

@@ -15,15 +15,16 @@ def void_key(rule: SequenceRule, counter_key: Key, number: int, table: TableKeys
 
 
 def index_void_key(rule: SequenceRule, members: IndexMembers, number: int, table: TableKeys) -> Key:
-    """An index-layout tombstone's key: the member pattern with ``VOID`` in its free parts."""
-    pattern = members.key
+    """An index-layout tombstone's key for the ordinal ``number``: the member pattern with
+    ``VOID`` and the member's own number in its free parts."""
+    pattern, shown = members.key, rule.shown_number(number)
     key = {}
     for name in table.names:
         value = pattern.get(name)
         if value is None:
             key[name] = "VOID"
         elif value.endswith("*"):
-            key[name] = f"{value[:-1]}VOID#{rule.name}#{number:010d}"
+            key[name] = f"{value[:-1]}VOID#{rule.name}#{shown:010d}"
         else:
             key[name] = value
     return key

@@ -43,11 +43,13 @@ def item(pk: str, sk: str, **attributes: Any) -> dict[str, Any]:
     return {"PK": s(pk), "SK": s(sk), **attributes}
 
 
-def run(tmp_path: Path, items: list[dict[str, Any]]) -> dict[tuple[str, str], Candidate]:
+def run(
+    tmp_path: Path, items: list[dict[str, Any]], rules: RuleSet = RULES
+) -> dict[tuple[str, str], Candidate]:
     directory = write_aws_export(tmp_path, items)
-    query = AuditQuery(list(RULES), RULES.table)
+    query = AuditQuery(list(rules), rules.table)
     found = {}
-    for candidate in candidates(query, read_export(directory), RULES):
+    for candidate in candidates(query, read_export(directory), rules):
         found[candidate.rule, candidate.key["PK"]] = candidate
     return found
 
@@ -180,9 +182,11 @@ def _exact(value: Decimal) -> bool:
 
 
 def sequence_items(
-    rows: list[tuple[bool, Any, list[int]]],
+    rows: list[tuple[bool, Any, list[int]]], holds: str = "last"
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
-    """Items for projects; per wrong counter, the duplicates and missing numbers expected."""
+    """Items for projects; per wrong counter, the duplicates and missing numbers expected.
+    ``holds = "next"``: the counter holds the next free number, member n is the (n+1)-th."""
+    shift = 1 if holds == "next" else 0
     items: list[dict[str, Any]] = []
     expected: dict[str, dict[str, int]] = {}
     for index, (exists, counter, numbers) in enumerate(rows):
@@ -204,9 +208,10 @@ def sequence_items(
             problems["invalid_counter"] = 1
         else:
             upto = counter if exists and isinstance(counter, int) else 0
-            if numbers and max(numbers) > upto:
+            ordinals = {number + shift for number in numbers}
+            if numbers and max(ordinals) > upto:
                 problems["counter_behind"] = 1
-            missing = len(set(range(1, upto + 1)) - set(numbers))
+            missing = len(set(range(1, upto + 1)) - ordinals)
             if missing:
                 problems["missing"] = missing
         duplicates = sum(1 for k in set(numbers) if numbers.count(k) > 1)
@@ -242,6 +247,61 @@ def test_candidates_are_exactly_what_is_wrong_or_inexact(
         assert found["order-total", pk].problems == {"inexact": 1}
     sequences = {pk: c.problems for (rule, pk), c in found.items() if rule == "issue-numbers"}
     assert sequences == wrong_projects
+
+
+NEXT_FREE = parse_rules(
+    {
+        "table": {"partition_key": "PK", "sort_key": "SK"},
+        "rules": [
+            {
+                "name": "issue-numbers",
+                "kind": "sequence",
+                "parent": {"PK": "PROJECT#*", "SK": "COUNTER#ISSUE"},
+                "counter": "lastIssue",
+                "counter_holds": "next",
+                "members": {"layout": "collection", "SK": "ISSUE#*", "width": 10},
+            }
+        ],
+    }
+)
+next_free_projects = st.lists(
+    st.tuples(
+        st.booleans(),
+        st.one_of(st.none(), st.integers(0, 12), st.just("text")),
+        st.lists(st.integers(0, 11), max_size=8),
+    ),
+    max_size=5,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(projects=next_free_projects)
+def test_next_free_candidates_are_exactly_the_sequences_that_are_wrong(
+    tmp_path_factory: pytest.TempPathFactory, projects: list[tuple[bool, Any, list[int]]]
+) -> None:
+    """Members numbered from 0 under a counter that holds the next free number: judged as
+    ordinals, so counter 4 over members 0-3 is whole and counter 3 over them is behind."""
+    items, wrong = sequence_items(projects, "next")
+    found = run(tmp_path_factory.mktemp("export"), items, NEXT_FREE)
+    assert {pk: c.problems for (_, pk), c in found.items()} == wrong
+
+
+def test_a_next_free_candidate_shows_its_members_own_numbers(tmp_path: Path) -> None:
+    items = [
+        item("PROJECT#ok", "COUNTER#ISSUE", lastIssue=n(4)),
+        *(item("PROJECT#ok", f"ISSUE#{k:010d}") for k in (0, 1, 2, 3)),
+        item("PROJECT#behind", "COUNTER#ISSUE", lastIssue=n(3)),
+        *(item("PROJECT#behind", f"ISSUE#{k:010d}") for k in (0, 1, 2, 3)),
+        item("PROJECT#gap", "COUNTER#ISSUE", lastIssue=n(4)),
+        *(item("PROJECT#gap", f"ISSUE#{k:010d}") for k in (1, 2, 3)),
+    ]
+    found = {pk: c for (_, pk), c in run(tmp_path, items, NEXT_FREE).items()}
+    assert set(found) == {"PROJECT#behind", "PROJECT#gap"}
+    behind, gap = found["PROJECT#behind"], found["PROJECT#gap"]
+    assert (behind.problems, behind.actual) == ({"counter_behind": 1}, "3")
+    assert (gap.problems, gap.actual, gap.first_missing) == ({"missing": 1}, "3", 0)
 
 
 # --- one text: Athena's, checked against its DDL, transpiled for DuckDB ----------------------

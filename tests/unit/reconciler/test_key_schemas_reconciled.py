@@ -198,3 +198,101 @@ def test_a_void_in_a_partition_of_its_own(ddb: Any) -> None:
     assert "Item" in ddb.get_item(TableName="orders", Key=serialize({"pk": "3"}))
     put(ddb, "orders", pk="4")
     assert table.put_void(rule, counter, 4, counter, "r3", [log_put("r3")]) == "arrived"
+
+
+# --- counter_holds = "next": numbers from 0, read and voided under their own keys ----------
+
+NEXT_FREE = parse_rules(
+    {
+        "table": {"partition_key": "PK", "sort_key": "SK"},
+        "rules": [
+            {
+                "name": "issues",
+                "kind": "sequence",
+                "parent": {"PK": "PROJECT#*", "SK": "COUNTER#ISSUE"},
+                "counter": "lastIssue",
+                "counter_holds": "next",
+                "members": {"layout": "collection", "SK": "ISSUE#*", "width": 10},
+            },
+            {
+                "name": "users",
+                "kind": "sequence",
+                "parent": {"PK": "UserMetadata", "SK": "META"},
+                "counter": "LastID",
+                "counter_holds": "next",
+                "members": {
+                    "layout": "index",
+                    "key": {"PK": "User#*"},
+                    "index": "SequenceIndex",
+                    "sequence_attribute": "seqName",
+                    "number": "NumIdentifier",
+                },
+            },
+        ],
+    }
+)
+NEXT_ON_A_NUMBER_KEY = parse_rules(
+    {
+        "table": {"partition_key": "pk", "sort_key": "sk", "sort_key_type": "N"},
+        "rules": [
+            {
+                "name": "issues",
+                "kind": "sequence",
+                "parent": {"pk": "*", "sk": "0"},
+                "counter": "lastIssue",
+                "counter_holds": "next",
+                "members": {"layout": "collection", "sk": "*"},
+            },
+        ],
+    }
+)
+
+
+def test_next_free_collection_members_are_read_from_the_first_above_the_watermark(
+    ddb: Any,
+) -> None:
+    """Watermark 0: member 0 (ordinal 1) is read; the key of ordinal 1 is ISSUE#...0."""
+    table = table_for(ddb, NEXT_FREE, "issues")
+    put(ddb, "issues", PK="PROJECT#A", SK="COUNTER#ISSUE", lastIssue=6)
+    for n in (0, 1, 2, 3, 5):
+        put(ddb, "issues", PK="PROJECT#A", SK=f"ISSUE#{n:010d}")
+    rule, counter = sequence(NEXT_FREE, "issues"), {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
+    found = table.member_numbers(rule, counter, 0)
+    assert found == [(n + 1, {"PK": "PROJECT#A", "SK": f"ISSUE#{n:010d}"}) for n in (0, 1, 2, 3, 5)]
+    assert [n for n, _ in table.member_numbers(rule, counter, 2)] == [3, 4, 6]
+    assert table.put_void(rule, counter, 5, counter, "r1", [log_put("r1")]) == "written"
+    assert "Item" in ddb.get_item(
+        TableName="issues", Key=serialize({"PK": "PROJECT#A", "SK": "ISSUE#0000000004"})
+    )
+    assert table.put_void(rule, counter, 1, counter, "r2", [log_put("r2")]) == "arrived"
+
+
+def test_next_free_index_members_hold_their_own_numbers_and_so_do_their_voids(ddb: Any) -> None:
+    table = table_for(ddb, NEXT_FREE, "issues")
+    counter = {"PK": "UserMetadata", "SK": "META"}
+    put(ddb, "issues", **counter, LastID=6)
+    for n in (0, 1, 2, 3):
+        put(ddb, "issues", PK=f"User#u{n}", SK="PROFILE", seqName="users", NumIdentifier=n)
+    rule = sequence(NEXT_FREE, "users")
+    assert [n for n, _ in table.member_numbers(rule, counter, 0)] == [1, 2, 3, 4]
+    assert [n for n, _ in table.member_numbers(rule, counter, 2)] == [3, 4]
+    assert table.put_void(rule, counter, 5, counter, "r1", [log_put("r1")]) == "written"
+    void = {"PK": "User#VOID#users#0000000004", "SK": "VOID"}
+    item = deserialize(ddb.get_item(TableName="issues", Key=serialize(void))["Item"])
+    assert (item["NumIdentifier"], item["void"]) == (4, True)
+    assert table.member_numbers(rule, counter, 4) == [(5, void)]
+    assert table.member_numbers(rule, counter, 4, voids=False) == []
+
+
+def test_next_free_on_a_number_sort_key_reads_from_the_first_above_the_watermark(
+    ddb: Any,
+) -> None:
+    """Members of a number key are positive: the counter item at sk 0 is never member 0."""
+    table = table_for(ddb, NEXT_ON_A_NUMBER_KEY, "projects")
+    put(ddb, "projects", pk="p1", sk=0, lastIssue=3)
+    for n in (1, 2):
+        put(ddb, "projects", pk="p1", sk=n)
+    rule, counter = sequence(NEXT_ON_A_NUMBER_KEY, "issues"), {"pk": "p1", "sk": "0"}
+    assert [n for n, _ in table.member_numbers(rule, counter, 0)] == [2, 3]
+    assert [n for n, _ in table.member_numbers(rule, counter, 1)] == [2, 3]
+    assert [n for n, _ in table.member_numbers(rule, counter, 2)] == [3]
