@@ -12,7 +12,10 @@ aggregator (``CartAggregator``) adds each stream batch's quantity deltas per pro
 it was 1.5 s +- 0.3 s earlier). An injector breaks followee counts (a rogue SET or ADD on
 the counter, an edge written without its counter, an edge deleted without its decrement)
 and product totals (a rogue SET; a stream batch the aggregator adds twice, as a
-redelivery does), each on a parent of its own.
+redelivery does), each on a parent of its own; then, on followees the application never
+writes (``QUIET``), the faults a lagging index can hide: an edge put, deleted, blocked or
+re-pointed without its counts, and a legitimate follow followed a second later by a rogue
++3 (a recount through the index alone would set that counter short).
 
     with index_stack(dynamodb_endpoint, moto_endpoint) as stack:
         outcome = LiveIndexRun(stack, seed=1).run()
@@ -25,7 +28,8 @@ What is counted:
   whose counter is not its FOLLOWING edges' count at the end (the rule repairs, so broken
   ones too); an unbroken product whose total is not its lines' sum at the end;
 - harmful write: a write of the reconciler's (seen on its client) to the table on any item
-  but a broken followee's profile (product totals are alert-only: never).
+  but a broken followee's profile (product totals are alert-only: never); a repair of a
+  quiet followee to anything but its edges' count (they hold still after its fault).
 
 Latency: from the fault write's acknowledgement to the first alert on its parent arriving
 in the subscriber's queue. Read units: every read of the reconciler's client on the table
@@ -60,6 +64,9 @@ from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.pump import MappingSettings, Pump
 from tally.local.template import create_table_from, load_template, template_path
 from tally.reconciler import runtime
+from tally.reconciler.audit_store import AuditStore
+from tally.rules import load_rules
+from tally.writers import TallyWriter
 from tests.harness.index_application import (
     BLOCKED,
     FOLLOWEES,
@@ -82,6 +89,11 @@ from tests.harness.live import (
 from tests.utils import TTL_IDENTITY, deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "live_index_rules.toml"
+# Followees the application never writes: each is broken once, quietly, so that its looks
+# come a grace after the fault and the index's lag alone decides what a recount through it
+# sees (the faults the index can hide: a child changed without its counter; a legitimate
+# follow the index does not show yet, then a rogue bump).
+QUIET = [f"USER#q{n:02d}" for n in range(10)]
 GSI1, BY_PRODUCT = "GSI1", "ByProduct"
 # How long the live pump goes on after the writes, waiting for every fault's alert.
 ALERT_SECONDS = 30.0
@@ -542,7 +554,7 @@ class LiveIndexRun:
         removes its lines during the run: the aggregator subtracts them, no fault); counters
         in step."""
         puts: list[dict[str, Any]] = []
-        for followee in FOLLOWEES:
+        for followee in FOLLOWEES + QUIET:
             puts.append({"pk": followee, "sk": PROFILE, "followerCount": 1, "rev": 0})
             puts.append(
                 {
@@ -645,6 +657,55 @@ class LiveIndexRun:
                     ExpressionAttributeValues=serialize({":v": 9999}),
                 )
                 self.faulted(product, "sum/rogue-set")
+        self.break_quiet_parents(rng)
+
+    def break_quiet_parents(self, rng: random.Random) -> None:
+        """Each quiet followee broken once, behind its counter's back: an edge put, deleted,
+        blocked or re-pointed to another quiet followee without its counts; or a legitimate
+        follow (through TallyWriter) and a rogue +3 a second later."""
+        db, table = self.stack.dynamodb, self.stack.table
+        writer = TallyWriter(db, table, load_rules(RULES_FILE))
+        for n, quiet in enumerate(QUIET):
+            time.sleep(rng.uniform(0.1, 0.3))
+            seed_edge = serialize({"pk": f"USER#seed-{quiet[5:]}", "sk": "FOLLOWS#0"})
+            kind = n % 5
+            if kind == 0:
+                edge = {"pk": f"USER#rogue-{quiet[5:]}", "sk": "FOLLOWS#0", "GSI1PK": quiet}
+                db.put_item(TableName=table, Item=serialize(edge | {"GSI1SK": f"{FOLLOWING}r"}))
+                self.faulted(quiet, "quiet/edge-without-counter")
+            elif kind == 1:
+                db.delete_item(TableName=table, Key=seed_edge)
+                self.faulted(quiet, "quiet/delete-without-decrement")
+            elif kind == 2:
+                db.update_item(
+                    TableName=table,
+                    Key=seed_edge,
+                    UpdateExpression="SET GSI1SK = :s",
+                    ExpressionAttributeValues=serialize({":s": f"{BLOCKED}rogue"}),
+                )
+                self.faulted(quiet, "quiet/blocked-without-decrement")
+            elif kind == 3:
+                follow = {"pk": f"USER#legit-{quiet[5:]}", "sk": "FOLLOWS#0"}
+                added = writer.add_child(follow, {"GSI1PK": quiet, "GSI1SK": f"{FOLLOWING}l"})
+                assert added.outcome == "created", added
+                time.sleep(1.0)
+                db.update_item(
+                    TableName=table,
+                    Key=serialize({"pk": quiet, "sk": PROFILE}),
+                    UpdateExpression="ADD followerCount :k",
+                    ExpressionAttributeValues=serialize({":k": 3}),
+                )
+                self.faulted(quiet, "quiet/follow-then-rogue-add")
+            else:  # re-pointed to the quiet followee broken four before it
+                other = QUIET[n - 4]
+                db.update_item(
+                    TableName=table,
+                    Key=seed_edge,
+                    UpdateExpression="SET GSI1PK = :f",
+                    ExpressionAttributeValues=serialize({":f": other}),
+                )
+                self.faulted(quiet, "quiet/moved-without-counts")
+                self.faulted(other, "quiet/moved-without-counts")
 
     # --- judging ------------------------------------------------------------------------
 
@@ -691,7 +752,7 @@ class LiveIndexRun:
                 followers[item["GSI1PK"]] += 1
             if pk.startswith("cart#") and sk.startswith("product#"):
                 totals[sk] += item["quantity"]
-        for followee in FOLLOWEES:
+        for followee in FOLLOWEES + QUIET:
             counter = items.get((followee, PROFILE), {}).get("followerCount")
             if counter != followers[followee]:
                 lost.append(f"{followee} counter {counter}, {followers[followee]} edges")
@@ -700,12 +761,20 @@ class LiveIndexRun:
             if product not in broken and total != totals[product]:
                 lost.append(f"{product} total {total}, lines {totals[product]}")
         # Only a broken followee's profile may be written, and only after it was broken.
-        repairable = {f.pk for f in faults if f.kind.startswith("count/")}
+        repairable = {f.pk for f in faults if f.kind.startswith(("count/", "quiet/"))}
         outcome.harmful_writes = [
             f"{operation} {pk}/{sk}"
             for at, operation, pk, sk in self.calls.writes
             if not (sk == PROFILE and pk in repairable and at >= first_fault[pk])
         ]
+        # A quiet followee's edges hold still after its fault: each repair must set it to
+        # them (a repair to anything else, even one a later repair undid, is harmful).
+        for repair in AuditStore(self.stack.dynamodb, self.stack.audit_table).repairs():
+            pk = str(repair["key"].get("pk"))
+            if pk in QUIET and repair["status"] == "applied" and repair["after"] != followers[pk]:
+                outcome.harmful_writes.append(
+                    f"repair of {pk} to {repair['after']}, {followers[pk]} edges"
+                )
         outcome.cost = self.cost(acknowledged)
         return outcome
 
