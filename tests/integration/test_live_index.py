@@ -1,8 +1,8 @@
 """Live, children found through an index: the application writes follow edges (follow,
 unfollow, re-point, block and unblock, each transactional with its counters) and cart
 lines from a process of its own, the shopping-cart aggregator keeps product totals late,
-the pump verifies while the index lags behind the table (1.5 s +- 0.3 s; then 6 s, three
-graces, on split shards; tests/harness/index_lag.py says how), and an injector breaks
+the pump verifies while the index lags behind the table (1.5 s +- 0.3 s; then a minute,
+on split shards; tests/harness/index_lag.py says how), and an injector breaks
 followee counts and product totals (tests/harness/live_index.py says what is counted).
 False negatives, false positives, lost writes and harmful writes are each expected to be 0;
 the fault -> alert latency and the read and write units per 1,000 edge writes against a
@@ -57,20 +57,22 @@ def test_live_verification_of_children_found_through_a_lagging_index(
     assert len(latencies) == len(run.faults) + len(run.aggregator.faults)
 
 
-def test_live_verification_while_the_index_lags_past_the_grace_on_split_shards(
+def test_live_verification_while_the_index_lags_a_minute_on_split_shards(
     dynamodb_endpoint: str, moto_endpoint: str, tmp_path: Path
 ) -> None:
-    """The same scenario with the index 6 s +- 0.5 s behind (three graces) and every stream
-    batch delivered as two by partition key, as DynamoDB's shards deliver a transaction's
-    edge and counter apart: the stream's window counts what the index does not show yet."""
+    """The same scenario with the index 60 s +- 1 s behind (thirty graces; about as long as
+    the whole run) and every stream batch delivered as two by partition key, as DynamoDB's
+    shards deliver a transaction's edge and counter apart: the stream's window counts what
+    the index does not show yet. (Counted from the index alone, as before the window, one
+    such run missed 15 faults and made 11 harmful writes, repairing quiet followees short.)"""
     with index_stack(dynamodb_endpoint, moto_endpoint) as stack:
-        run = LiveIndexRun(stack, seed=2, lag=6.0, jitter=0.5, split_shards=True)
+        run = LiveIndexRun(stack, seed=2, lag=60.0, jitter=1.0, split_shards=True)
         outcome = run.run()
-    report(outcome, "seed-2-lag-6-split", tmp_path)
+    report(outcome, "seed-2-lag-60-split", tmp_path)
     assert outcome.false_negatives == set()
     assert outcome.false_positives == set()
     assert outcome.lost_writes == []
     assert outcome.harmful_writes == []
-    # The index lagged as set, past the grace, while the reconciler queried it.
-    assert outcome.index["lag"] == 6.0 and outcome.index["queries_redirected"] > 0
+    # The index lagged as set while the reconciler queried it.
+    assert outcome.index["lag"] == 60.0 and outcome.index["queries_redirected"] > 0
     assert {f.kind for f in run.faults + run.aggregator.faults} == KINDS
