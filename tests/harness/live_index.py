@@ -93,7 +93,11 @@ RULES_FILE = Path(__file__).resolve().parents[1] / "integration" / "live_index_r
 # come a grace after the fault and the index's lag alone decides what a recount through it
 # sees (the faults the index can hide: a child changed without its counter; a legitimate
 # follow the index does not show yet, then a rogue bump).
-QUIET = [f"USER#q{n:02d}" for n in range(10)]
+BROKEN_QUIETLY = [f"USER#q{n:02d}" for n in range(10)]
+# Where the fifth and tenth of them lose their seed edge to, moved without its counts: a
+# followee of its own, broken by that move alone (its edges then hold still too).
+MOVED_TO = {n: f"USER#m{n:02d}" for n in (4, 9)}
+QUIET = BROKEN_QUIETLY + list(MOVED_TO.values())
 GSI1, BY_PRODUCT = "GSI1", "ByProduct"
 # How long the live pump goes on after the writes, waiting for every fault's alert.
 ALERT_SECONDS = 30.0
@@ -665,7 +669,7 @@ class LiveIndexRun:
         follow (through TallyWriter) and a rogue +3 a second later."""
         db, table = self.stack.dynamodb, self.stack.table
         writer = TallyWriter(db, table, load_rules(RULES_FILE))
-        for n, quiet in enumerate(QUIET):
+        for n, quiet in enumerate(BROKEN_QUIETLY):
             time.sleep(rng.uniform(0.1, 0.3))
             seed_edge = serialize({"pk": f"USER#seed-{quiet[5:]}", "sk": "FOLLOWS#0"})
             kind = n % 5
@@ -696,8 +700,8 @@ class LiveIndexRun:
                     ExpressionAttributeValues=serialize({":k": 3}),
                 )
                 self.faulted(quiet, "quiet/follow-then-rogue-add")
-            else:  # re-pointed to the quiet followee broken four before it
-                other = QUIET[n - 4]
+            else:  # re-pointed to a quiet followee of its own
+                other = MOVED_TO[n]
                 db.update_item(
                     TableName=table,
                     Key=seed_edge,
