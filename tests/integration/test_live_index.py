@@ -64,7 +64,8 @@ def test_live_verification_while_the_index_lags_a_minute_on_split_shards(
     the whole run) and every stream batch delivered as two by partition key, as DynamoDB's
     shards deliver a transaction's edge and counter apart: the stream's window counts what
     the index does not show yet. (Counted from the index alone, as before the window, one
-    such run missed 15 faults and made 11 harmful writes, repairing quiet followees short.)"""
+    such run left 20 broken parents unalerted and made 11 harmful writes, repairing quiet
+    followees short.)"""
     with index_stack(dynamodb_endpoint, moto_endpoint) as stack:
         run = LiveIndexRun(stack, seed=2, lag=60.0, jitter=1.0, split_shards=True)
         outcome = run.run()
