@@ -33,14 +33,14 @@ class AuditRecentChildren(AuditTable):
         when it has none, or one ahead of this clock). A note is replaced only by a later
         record's (a redelivered or retried batch cannot bring an older state back); a record
         older than the window (a replay of an old batch) is not noted: the index shows it."""
-        now = int(self.clock())
+        now, pk = int(self.clock()), _notes_pk(rule, parent)
         for note in latest(notes).values():
             at = int(note.at) if 0 < note.at <= now else now
             if at < now - window:
                 continue
             child = key_json(note.key)
             item: dict[str, Any] = {
-                "PK": _notes_pk(rule, parent),
+                "PK": pk,
                 "SK": _fitting(f"{PREFIX}{child}", MAX_SORT_KEY),
                 "child": child,
                 "seq": note.sequence_number.zfill(SEQUENCE_DIGITS),

@@ -15,7 +15,7 @@ from typing import Any
 
 from tally.reconciler.findings import Evidence, timestamp
 from tally.reconciler.protocol.balance import counts_balance, numbers_balance
-from tally.reconciler.protocol.window import Noted
+from tally.reconciler.protocol.window import Noted, key_id
 from tally.rules import AnyRule, Key, Match, SequenceRule
 
 
@@ -164,8 +164,3 @@ class Batch:
         if id_ not in self.groups:
             self.groups[id_] = Group(match.rule, match.parent_key)
         return self.groups[id_]
-
-
-def key_id(key: Key) -> tuple[tuple[str, str], ...]:
-    """A key as a hashable, order-free identity."""
-    return tuple(sorted(key.items()))

@@ -68,7 +68,7 @@ class Counts:
     def remember_children(self, rule: TallyRule, group: Group) -> None:
         """Children found through an index that this batch changed: noted for the rule's
         window, balanced or not, before anything is judged, so that every look until then
-        counts them from the table whatever the index shows."""
+        counts them as the stream left them, whatever the index shows."""
         if rule.through is not None and group.indexed_children:
             window = rule.through.window
             self._recent.remember_children(

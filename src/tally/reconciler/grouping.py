@@ -24,12 +24,11 @@ from tally.reconciler.changes import (
     Group,
     Invalid,
     LedgerChange,
-    key_id,
 )
 from tally.reconciler.findings import Evidence, shown
 from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.judgement import valid_counter
-from tally.reconciler.protocol.window import Noted
+from tally.reconciler.protocol.window import Noted, key_id
 from tally.reconciler.stream_images import (
     MISSING,
     amount,

@@ -15,7 +15,7 @@ KeyId = tuple[tuple[str, str], ...]
 
 
 def key_id(key: Key) -> KeyId:
-    """A key as a hashable, order-free identity."""
+    """A key as a hashable, order-free identity (of a parent, a group, a noted child)."""
     return tuple(sorted(key.items()))
 
 
