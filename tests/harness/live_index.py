@@ -175,6 +175,11 @@ def cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def seed_edge_key(followee: str) -> dict[str, Any]:
+    """The key of the edge that follows ``followee`` from the set-up (``LiveIndexRun.setup``)."""
+    return serialize({"pk": f"USER#seed-{followee[5:]}", "sk": "FOLLOWS#0"})
+
+
 def alert_pk(body: dict[str, Any]) -> str:
     key = body.get("key") or {}
     return str(key.get("pk", key))
@@ -640,10 +645,7 @@ class LiveIndexRun:
                 db.put_item(TableName=table, Item=serialize(edge))
                 self.faulted(followee, "count/edge-without-counter")
             else:  # an edge deleted without its decrement
-                db.delete_item(
-                    TableName=table,
-                    Key=serialize({"pk": f"USER#seed-{followee[5:]}", "sk": "FOLLOWS#0"}),
-                )
+                db.delete_item(TableName=table, Key=seed_edge_key(followee))
                 self.faulted(followee, "count/delete-without-decrement")
             if n == 2:  # TTL's sweep of the expired cart
                 for pk, sk in sorted(self.expired):
@@ -665,13 +667,13 @@ class LiveIndexRun:
 
     def break_quiet_parents(self, rng: random.Random) -> None:
         """Each quiet followee broken once, behind its counter's back: an edge put, deleted,
-        blocked or re-pointed to another quiet followee without its counts; or a legitimate
-        follow (through TallyWriter) and a rogue +3 a second later."""
+        blocked or re-pointed to a quiet followee of its own without its counts; or a
+        legitimate follow (through TallyWriter) and a rogue +3 a second later."""
         db, table = self.stack.dynamodb, self.stack.table
         writer = TallyWriter(db, table, load_rules(RULES_FILE))
         for n, quiet in enumerate(BROKEN_QUIETLY):
             time.sleep(rng.uniform(0.1, 0.3))
-            seed_edge = serialize({"pk": f"USER#seed-{quiet[5:]}", "sk": "FOLLOWS#0"})
+            seed_edge = seed_edge_key(quiet)
             kind = n % 5
             if kind == 0:
                 edge = {"pk": f"USER#rogue-{quiet[5:]}", "sk": "FOLLOWS#0", "GSI1PK": quiet}

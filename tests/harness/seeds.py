@@ -192,36 +192,17 @@ def create_counter(client: Any, table: str) -> None:
 def take_number(client: Any, table: str, *, crash: bool = False) -> int:
     """Seed 003's optimistic locking: read, ADD 1 fenced on the value read, then put the item
     under the value read; retried from the read when another writer got there first."""
-    while True:
-        current_count_item = client.get_item(
-            TableName=table, Key={"pk": {"S": "counter"}}, AttributesToGet=["count_value"]
-        )
-        current_count = current_count_item["Item"]["count_value"]["N"]
-        try:
-            client.update_item(
-                TableName=table,
-                Key={"pk": {"S": "counter"}},
-                UpdateExpression="ADD #count :increment",
-                ConditionExpression="#count = :current_count",
-                ExpressionAttributeNames={"#count": "count_value"},
-                ExpressionAttributeValues={
-                    ":increment": {"N": "1"},
-                    ":current_count": {"N": current_count},
-                },
-            )
-            break
-        except client.exceptions.ConditionalCheckFailedException:
-            continue
-    if crash:
-        raise Crash("between the lock and the item")
-    client.put_item(
-        TableName=table,
-        Item={
+    return take_next_free(
+        client,
+        table,
+        {"pk": {"S": "counter"}},
+        "count_value",
+        lambda current_count: {
             "pk": {"S": current_count},
             "some_attribute": {"S": "This item guaranteed to have unique PK! Woohoo!"},
         },
+        crash=crash,
     )
-    return int(current_count)
 
 
 def take_next_free(
@@ -234,9 +215,10 @@ def take_next_free(
     between: Callable[[], Any] | None = None,
     crash: bool = False,
 ) -> int:
-    """``take_number`` for any counter item and member: seed 003's steps as written (read,
-    ADD 1 fenced on the value read, put ``member(value read)``). ``between`` runs between
-    the lock and the item: a reconciler's look at that moment."""
+    """Seed 003's steps as written (read, ADD 1 fenced on the value read, put
+    ``member(value read)``) for any counter item and member (``take_number`` is the seed's
+    own). ``between`` runs between the lock and the item: a reconciler's look at that
+    moment."""
     while True:
         current_count_item = client.get_item(
             TableName=table, Key=counter, AttributesToGet=[attribute]
