@@ -142,8 +142,8 @@ class _RuleBase(_Strict):
 
 # How long a child's write may take to reach an index before a recount trusts it.
 INDEX_GRACE_SECONDS = 2
-# How long a child's change the stream showed is counted from the table, not the index: far
-# longer than any lag an index is seen to have (docs/verification.md).
+# How long a child's change the stream showed counts as the stream showed it, not as the
+# index does: far longer than any lag an index is seen to have (docs/verification.md).
 INDEX_WINDOW_SECONDS = 900
 
 
@@ -156,7 +156,7 @@ class IndexChildren(_Strict):
     with ``sort_prefix``, only items whose index sort key begins with it are (a status such
     as ``FOLLOWING#``). The index is eventually consistent: ``grace_seconds`` is how long a
     write usually takes to show in it; for ``window_seconds`` after the stream showed a
-    child change, the child is counted from the table instead (docs/verification.md,
+    child change, the child counts as the stream showed it instead (docs/verification.md,
     "Children found through an index").
     """
 
@@ -185,7 +185,7 @@ class IndexChildren(_Strict):
 
     @property
     def window(self) -> int:
-        """Seconds a child's change is counted from the table, not the index."""
+        """Seconds a child's change counts as the stream showed it, not as the index does."""
         if self.window_seconds is not None:
             return self.window_seconds
         return max(INDEX_WINDOW_SECONDS, 10 * self.grace_seconds)
