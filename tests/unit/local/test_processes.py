@@ -22,6 +22,12 @@ IGNORES_TERM = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IG
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     process = subprocess.Popen([sys.executable, "-c", SLEEPER, "moto.server", "-p", "4567"])
+    # Until the child has exec'd, its command line is still its parent's: wait for it.
+    started = psutil.Process(process.pid)
+    for _ in range(10_000):
+        if "moto.server" in started.cmdline():
+            break
+        psutil.wait_procs([started], timeout=0.001)
     yield process
     process.kill()
     process.wait()
