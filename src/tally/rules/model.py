@@ -167,6 +167,11 @@ class IndexChildren(_Strict):
     grace_seconds: Annotated[int, Field(ge=1, le=900)] = INDEX_GRACE_SECONDS
     # None: INDEX_WINDOW_SECONDS, or ten graces when that is longer.
     window_seconds: Annotated[int, Field(ge=60, le=86_400)] | None = None
+    # The product's writers stamp each change: a fresh token on the child (in this
+    # attribute), and on the parent the last ``stamp_depth`` tokens, newest first, in
+    # ``<stamp>0`` ... (docs/verification.md, "Parents that never rest"). None: no stamps.
+    stamp: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    stamp_depth: Annotated[int, Field(ge=2, le=64)] = 16
 
     @model_validator(mode="after")
     def _consistent(self) -> IndexChildren:
@@ -176,6 +181,8 @@ class IndexChildren(_Strict):
             raise ValueError("sort_prefix needs the index's sort_key")
         if self.sort_key == self.partition_key:
             raise ValueError("sort_key must differ from partition_key")
+        if self.stamp is not None and self.stamp in self.attributes:
+            raise ValueError("stamp must differ from the index's key attributes")
         return self
 
     @property
@@ -189,6 +196,18 @@ class IndexChildren(_Strict):
         if self.window_seconds is not None:
             return self.window_seconds
         return max(INDEX_WINDOW_SECONDS, 10 * self.grace_seconds)
+
+    @property
+    def stamps(self) -> tuple[str, ...]:
+        """The parent's stamp attributes, newest first (none without ``stamp``)."""
+        if self.stamp is None:
+            return ()
+        return tuple(f"{self.stamp}{place}" for place in range(self.stamp_depth))
+
+    @property
+    def stamp_child(self) -> str | None:
+        """The parent's attribute naming the child of its newest stamp."""
+        return None if self.stamp is None else f"{self.stamp}Child"
 
 
 class _TallyRule(_RuleBase):
@@ -215,6 +234,25 @@ class _TallyRule(_RuleBase):
                 "on_ttl_expiry = 'decrement' would apply them twice"
             )
         return lag
+
+    @model_validator(mode="after")
+    def _stamped(self) -> _TallyRule:
+        # A look proves a moving parent's revisions by their stamps: one per revision.
+        through = self.through
+        if through is None or through.stamp is None:
+            return self
+        if self.revision is None:
+            raise ValueError("through.stamp needs the rule's revision: a stamp names one")
+        if self.lag_seconds is not None:
+            raise ValueError("through.stamp is for the product's writers, not an aggregator")
+        taken = {self.counter, self.revision} & {
+            through.stamp,
+            through.stamp_child,
+            *through.stamps,
+        }
+        if taken:
+            raise ValueError(f"through.stamp's attributes must differ from {sorted(taken)}")
+        return self
 
     def child_pattern(self, keys: TableKeys) -> KeyPattern:
         """Children share the parent's partition key pattern and narrow the sort key; children

@@ -16,6 +16,9 @@ def reserved_attributes(rules: RuleSet, rule: AnyRule) -> dict[str, str]:
     reserved[rule.counter] = f"is rule {rule.name!r}'s counter, kept on its parent"
     if rule.revision:
         reserved[rule.revision] = f"is rule {rule.name!r}'s revision, kept on its parent"
+    through = getattr(rule, "through", None)
+    if through is not None and through.stamp is not None:
+        reserved[through.stamp] = f"is rule {rule.name!r}'s stamp, written by its writers"
     for other in rules:
         if isinstance(other, SequenceRule) and isinstance(other.members, IndexMembers):
             why = f"places the item in rule {other.name!r}'s sequence index"

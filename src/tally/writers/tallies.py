@@ -23,12 +23,13 @@ from botocore.exceptions import ClientError
 
 import tally.writers.indexed as indexed
 import tally.writers.items as items
+import tally.writers.stamps as stamps
 from tally.core.dynamodb import (
     Cancelled,
     TransactionFailedError,
     transact,
 )
-from tally.rules import Key, Match, SumRule, TallyRule
+from tally.rules import IndexChildren, Key, Match, SumRule, TallyRule
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
@@ -214,6 +215,7 @@ class TallyWriter(GuardedWriter):
         child: dict[str, Any],
         parents: list[tuple[Key, Decimal]],
         amount: Field | None,
+        current: Mapping[str, Any] | None = None,
     ) -> WriteResult:
         """Commit the child's write, each parent's ``ADD delta`` (none, one, or the old and
         the new parent of a move) and the key's guard; ``Cancelled`` when the child's condition
@@ -222,6 +224,8 @@ class TallyWriter(GuardedWriter):
         rule = write.rule
         writes = [child]
         writes += [parent_update(self.table_name, k, rule, d, self._keys) for k, d in parents]
+        if (through := stamps.stamping(rule)) is not None:
+            self._stamp(write, through, writes, parents, current)
         guard = [self.guards.put(write.keyed, done)] if write.keyed else []
         try:
             committed = transact(self.client, [*writes, *guard], new_token(), self.backoff)
@@ -258,6 +262,32 @@ class TallyWriter(GuardedWriter):
                 amount, f"the parent's {rule.counter!r} cannot take it: {refusal}"
             ) from failed
         return WriteResult(done, attempts=committed.attempts)
+
+    def _stamp(
+        self,
+        write: _Write,
+        through: IndexChildren,
+        writes: list[dict[str, Any]],
+        parents: list[tuple[Key, Decimal]],
+        current: Mapping[str, Any] | None,
+    ) -> None:
+        """A fresh token on the child; on each parent, the token (the child's last one,
+        marked, on a parent it leaves) with the child's key (``current``: the child as read)."""
+        token = stamps.new_token()
+        stamps.stamp_child(writes[0], through, token)
+        after: Mapping[str, Any] | None = None
+        if write.operation == "add":
+            after = write.item
+        elif write.operation == "change":
+            after = current
+        elif write.operation == "move" and current is not None and write.index is not None:
+            moved = {**current, **write.index}
+            after = {name: value for name, value in moved.items() if value is not None}
+        joined = write.rule.indexed_parent(after, self._keys) if after else None
+        old = current.get(through.stamp) if current and through.stamp else None
+        for update, (key, _) in zip(writes[1:], parents, strict=True):
+            stamp = token if key == joined else stamps.removed(old)
+            stamps.stamp_parent(update, through, stamp, write.key)
 
     def _settle(self, write: _Write, outcome: Outcome, attempts: int) -> WriteResult:
         """An outcome that wrote nothing; under a key it is stored unless the key is taken."""
@@ -303,7 +333,7 @@ class TallyWriter(GuardedWriter):
             if planned is None:
                 return self._settle(write, "unchanged", attempt)
             try:
-                result = self._commit(write, *planned, field)
+                result = self._commit(write, *planned, field, current)
             except Cancelled:
                 continue  # the child moved between our read and our write
             return replace(result, attempts=result.attempts + attempt - 1)

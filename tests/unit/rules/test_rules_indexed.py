@@ -123,3 +123,35 @@ def test_a_rule_through_an_index_repairs_only_with_a_revision() -> None:
         rules_with(repair="auto")
     assert rules_with(repair="auto", revision="rev")["followers"].repair == "auto"
     assert rules_with(repair="alert")["followers"].revision is None
+
+
+STAMPED = {"index": "G", "partition_key": "G1", "stamp": "st", "stamp_depth": 4}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({}, "needs the rule's revision"),
+        ({"revision": "rev", "counter": "st0"}, "must differ"),
+        ({"revision": "stChild"}, "must differ"),
+        ({"revision": "rev", "through": {**STAMPED, "stamp": "G1"}}, "index's key attributes"),
+        ({"revision": "rev", "through": {**STAMPED, "stamp_depth": 1}}, "stamp_depth"),
+        ({"revision": "rev", "through": {**STAMPED, "stamp_depth": 65}}, "stamp_depth"),
+        ({"revision": "rev", "through": {**STAMPED, "stamp": ""}}, "stamp"),
+    ],
+)
+def test_a_stamp_that_cannot_prove_a_revision_is_refused_by_field(
+    changes: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(RulesFileError, match="followers") as refused:
+        rules_with(**{"through": STAMPED, **changes})
+    assert message in str(refused.value)
+
+
+def test_a_stamped_parent_keeps_its_stamps_newest_first_and_the_newest_ones_child() -> None:
+    rule = rules_with(revision="rev", through=STAMPED)["followers"]
+    assert rule.through is not None
+    assert rule.through.stamps == ("st0", "st1", "st2", "st3")
+    assert rule.through.stamp_child == "stChild"
+    unstamped = rules_with()["followers"].through
+    assert unstamped is not None and (unstamped.stamps, unstamped.stamp_child) == ((), None)
