@@ -127,10 +127,15 @@ class Followers:
 
 @pytest.fixture
 def followers(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Followers]:
+    yield from index_stack(stack, monkeypatch, RULES)
+
+
+def index_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch, rules: Path) -> Iterator[Followers]:
+    """The example table with its index that lags as told, under ``rules``, on the stack."""
     name = f"tally-index-{uuid.uuid4().hex[:10]}"
     create_table_from(stack.dynamodb, table_kwargs(name), None)
     monkeypatch.setenv("TABLE_NAME", name)
-    monkeypatch.setenv("RULES_FILE", str(RULES))
+    monkeypatch.setenv("RULES_FILE", str(rules))
     _clear_caches()
     stack.table = name
     streams = stack.reader._client

@@ -51,6 +51,8 @@ class AuditRecentChildren(AuditTable):
                 item["counted"] = note.counted
             if note.amount is not None:
                 item["amount"] = note.amount
+            if note.tokens:
+                item["tokens"] = set(note.tokens)
             self._note(item)
 
     def _note(self, item: dict[str, Any]) -> None:
@@ -91,6 +93,7 @@ class AuditRecentChildren(AuditTable):
                         item.get("counted"),
                         item.get("amount"),
                         float(item["at"]),
+                        tuple(sorted(str(t) for t in item.get("tokens", ()))),
                     )
                 )
             if "LastEvaluatedKey" not in response:

@@ -18,7 +18,7 @@ from tally.reconciler.changes import Group
 from tally.reconciler.findings import Finding, Repair, malformed_amount, shown
 from tally.reconciler.followups import Followups, observation
 from tally.reconciler.parent_reads import ParentReads
-from tally.reconciler.protocol import lifecycle
+from tally.reconciler.protocol import lifecycle, stamps
 from tally.reconciler.protocol.judgement import (
     ChildTotal,
     ParentState,
@@ -113,7 +113,7 @@ class Counts:
             # finds it moved and only looks again. (Without a revision an older counter may
             # come back: such a look reads the parent first, and judges a grace later.)
             parent = self._table.read_parent(rule, group.parent_key, consistent=False)
-            state = _state(parent)
+            state = _state(rule, parent)
         self._followups.schedule(rule, group.parent_key, 0, reason, delay=delay, reference=state)
         return True
 
@@ -341,7 +341,11 @@ class Counts:
         observed = sent.observed if sent else None
         looks = sent.looks if sent else 0
         parent = self._table.read_parent(rule, key)
-        state = _state(parent)
+        state = _state(rule, parent)
+        since = stamps.reference(sent.reference if sent else None)
+        if since is not None and parent.exists and stamps.revision_of(parent.revision) is not None:
+            self._verify_stamped(rule, key, since, parent, done)
+            return
         if state != (sent.reference if sent else None):
             # Nothing to judge yet. What was seen of a parent that is gone still holds.
             done.append(Outcome.LEFT)
@@ -351,7 +355,7 @@ class Counts:
         if snapshot is not None and not snapshot.parent.same_as(parent):
             # It moved during this look: judged from there, later.
             done.append(Outcome.LEFT)
-            self._look_again(rule, key, _state(snapshot.parent), None, looks)
+            self._look_again(rule, key, _state(rule, snapshot.parent), None, looks)
             return
         finding = self._judged(rule, key, snapshot, None, None, done)
         if snapshot is None or finding is None:
@@ -373,6 +377,85 @@ class Counts:
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: look again, from what is there then.
             self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
+
+    def _verify_stamped(
+        self, rule: TallyRule, key: Key, since: tuple[int, str], parent: ParentState, done: Done
+    ) -> None:
+        """Judge a parent whose writers stamp their changes at a revision it holds, moving or
+        not (docs/verification.md, "Parents that never rest"): when every change since the
+        reference ``since`` is proven known (``_at_revision``), the truth at that revision is
+        the index with the window's notes and the newest change's child as the table holds
+        it; one look judges, repairs and reports. A change still on its way is waited for a
+        few moments (the settle's attempts); then it looks again a grace later, from the
+        parent as it is then."""
+        assert rule.through is not None
+        grace = rule.through.grace_seconds
+        settle = self._followups.settle
+        snapshot = None
+        for attempt in range(settle.attempts):
+            if attempt:
+                time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
+                parent = self._table.read_parent(rule, key)
+            revision = stamps.revision_of(parent.revision)
+            if not parent.exists or revision is None:
+                break
+            if stamps.taken_since(since, revision, parent.stamps) is None:
+                break  # a change without a stamp, or more than the stamps keep: from here
+            snapshot = self._at_revision(rule, key, parent, since, confirm=False)
+            if snapshot is not None and self.finding_of(rule, key, snapshot, None) is not None:
+                # Off by the index and the notes: every hit and noted child read from the table.
+                snapshot = self._at_revision(rule, key, parent, since, confirm=True)
+            if snapshot is not None:
+                break
+        if snapshot is None:
+            done.append(Outcome.LEFT)
+            state = _state(rule, parent)
+            self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace, reference=state)
+            return
+        finding = self._judged(rule, key, snapshot, None, None, done)
+        if finding is None:
+            return
+        if finding.kind == "orphans":  # a second look of its own, an orphan grace later
+            self._followups.judge_orphans(rule, key, finding, None)
+            return
+        proof = f"every change since revision {since[0]} stamped and known"
+        finding = replace(finding, detail="; ".join(p for p in (finding.detail, proof) if p))
+        if not self.repair(rule, key, snapshot, finding):
+            # The parent moved after this recount: judged again from where it is then.
+            state = _state(rule, self._table.read_parent(rule, key))
+            self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace, reference=state)
+
+    def _at_revision(
+        self,
+        rule: TallyRule,
+        key: Key,
+        parent: ParentState,
+        since: tuple[int, str],
+        *,
+        confirm: bool,
+    ) -> Snapshot | None:
+        """The truth at the revision ``parent`` holds, if every change since ``since`` is
+        known: each stamp's child in the window's notes (read while the parent held), but the
+        newest change's, read from the table. None otherwise, or if the parent moved."""
+        assert rule.through is not None
+        recent = self._recent.recent_children(rule.name, key, rule.through.window)
+        revision = stamps.revision_of(parent.revision)
+        assert revision is not None
+        taken = stamps.taken_since(since, revision, parent.stamps)
+        newest = self._table.newest_child(rule, parent) if taken else None
+        tokens = stamps.tokens_of(recent)
+        # A stamp younger than half the window has its note still: it must be there.
+        young = self._recent.clock() - rule.through.window / 2
+        newest_read = newest is not None
+        if not stamps.proven(
+            since, revision, parent.stamps, tokens, newest_read=newest_read, young_since=young
+        ):
+            return None
+        tally = self._table.tally_indexed(
+            rule, key, parent.counter, confirm=confirm, recent=recent, read=newest
+        )
+        after = self._table.read_parent(rule, key)
+        return Snapshot(after, tally) if parent.same_as(after) else None
 
     def _observed_recount(
         self, rule: TallyRule, key: Key, observed: Observed | None, first: ParentState | None = None
@@ -419,5 +502,8 @@ class Counts:
         group.expiries = []
 
 
-def _state(parent: ParentState) -> str:
-    return lifecycle.state_of(parent.exists, parent.counter, parent.revision)
+def _state(rule: TallyRule, parent: ParentState) -> str:
+    state = lifecycle.state_of(parent.exists, parent.counter, parent.revision)
+    if rule.through is None or rule.through.stamp is None:
+        return state
+    return stamps.stamped_state(state, parent.stamps[0] if parent.stamps else "")

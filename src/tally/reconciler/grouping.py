@@ -26,7 +26,7 @@ from tally.reconciler.changes import (
     LedgerChange,
 )
 from tally.reconciler.findings import Evidence, shown
-from tally.reconciler.protocol import lifecycle
+from tally.reconciler.protocol import lifecycle, stamps
 from tally.reconciler.protocol.judgement import valid_counter
 from tally.reconciler.protocol.window import Noted, key_id
 from tally.reconciler.stream_images import (
@@ -190,11 +190,15 @@ def _fold_parent(group: Group, seen: _Seen) -> None:
 
 def _state_after(rule: AnyRule, event: str, counter: Any, new: Mapping[str, Any]) -> str:
     revision = attr(new, rule.revision) if rule.revision else MISSING
-    return lifecycle.state_of(
+    state = lifecycle.state_of(
         event != "REMOVE",
         None if counter is MISSING else counter,
         None if revision is MISSING else revision,
     )
+    through = rule.through if isinstance(rule, TallyRule) else None
+    if through is None or through.stamp is None:
+        return state
+    return stamps.stamped_state(state, attr(new, through.stamps[0]))
 
 
 def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
@@ -210,18 +214,22 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
                 evidence = Evidence(sequence_number, event, keys, at=at)
                 group.invalid.append(Invalid(keys, rule.summed, invalid, evidence))
                 if by_image:  # only the table can say what counts
-                    group.indexed_children.append(Noted(keys, sequence_number, None, None, _at(at)))
+                    tokens = _tokens(rule, old, new)
+                    noted = Noted(keys, sequence_number, None, None, _at(at), tokens)
+                    group.indexed_children.append(noted)
                 return
         delta = subtract(after or Decimal(0), before or Decimal(0))
     elif by_image:
         delta = Decimal(bool(new) - bool(old))
     else:
         delta = Decimal({"INSERT": 1, "REMOVE": -1}.get(event, 0))
+    if by_image and (delta != 0 or bool(new) != bool(old)):
+        summed = after if isinstance(rule, SumRule) and new else None
+        tokens = _tokens(rule, old, new)
+        noted = Noted(keys, sequence_number, bool(new), summed, _at(at), tokens)
+        group.indexed_children.append(noted)
     if delta == 0:
         return
-    if by_image:
-        summed = after if isinstance(rule, SumRule) and new else None
-        group.indexed_children.append(Noted(keys, sequence_number, bool(new), summed, _at(at)))
     evidence = Evidence(sequence_number, event, keys, at=at)
     group.evidence.append(evidence)
     if event == "REMOVE" and removed_by_ttl(record) and isinstance(rule, TallyRule):
@@ -233,6 +241,15 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
         group.ttl_removed = True
     group.child_delta = add(group.child_delta, delta)
     group.deltas.append((sequence_number, delta.copy_negate()))
+
+
+def _tokens(rule: AnyRule, old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
+    """The writers' tokens a child's images show for the group's parent (none unstamped)."""
+    stamp = rule.through.stamp if isinstance(rule, TallyRule) and rule.through else None
+    if stamp is None:
+        return ()
+    token, old_token = (attr(image, stamp) if image else None for image in (new, old))
+    return stamps.shown_by(token, bool(new), old_token)
 
 
 def _at(at: Any) -> float:

@@ -3,6 +3,7 @@ tells when to look excepted)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from decimal import Decimal
@@ -25,13 +26,17 @@ class ParentReads(TableAccess):
     def read_parent(self, rule: AnyRule, key: Key, *, consistent: bool = True) -> ParentState:
         """The parent's counter and revision; ``consistent=False`` (half the read units) may
         answer an older state, for a read that only tells when to look."""
-        names = Names.of(rule.counter, rule.revision, self._pk)
+        through = getattr(rule, "through", None)
+        stamps = through.stamps if through is not None else ()
+        if through is not None and through.stamp_child is not None:
+            stamps = (*stamps, through.stamp_child)
+        names = Names.of(rule.counter, rule.revision, self._pk, *stamps)
         response = self.client.get_item(
             TableName=self.name,
             Key=self._key(key),
             ConsistentRead=consistent,
             ProjectionExpression=", ".join(
-                names[a] for a in (self._pk, rule.counter, rule.revision) if a
+                names[a] for a in (self._pk, rule.counter, rule.revision, *stamps) if a
             ),
             ExpressionAttributeNames=names.expression_names,
             ReturnConsumedCapacity="TOTAL",
@@ -43,7 +48,11 @@ class ParentReads(TableAccess):
         revision = item.get(rule.revision) if rule.revision else ABSENT
         if revision is None and rule.revision in item:
             revision = NULL  # a NULL revision is no absent one: no repair can bump it
-        return ParentState(True, item.get(rule.counter, ABSENT), revision)
+        held = tuple(s if isinstance(s := item.get(name), str) else "" for name in stamps)
+        if not held:
+            return ParentState(True, item.get(rule.counter, ABSENT), revision)
+        counter = item.get(rule.counter, ABSENT)
+        return ParentState(True, counter, revision, held[:-1], held[-1] or None)
 
     def tally_children(self, rule: TallyRule, parent_key: Key) -> ChildTotal:
         """Count or sum the children with paginated consistent queries (children found
@@ -87,6 +96,7 @@ class ParentReads(TableAccess):
         *,
         confirm: bool = True,
         recent: Sequence[Noted] = (),
+        read: Key | None = None,
     ) -> ChildTotal:
         """Count or sum the children found through the rule's index, the ``recent`` ones (the
         children the stream showed changing within the rule's window) as the stream showed
@@ -99,7 +109,8 @@ class ParentReads(TableAccess):
         window and counts as the index shows it. When that total agrees with ``counter`` (or
         ``confirm`` is off: a look that only observes) it is the answer; otherwise every hit
         and every recent child is read consistently from the table, and counts only while its
-        base item names this parent.
+        base item names this parent. The child at ``read`` (a writer's newest, perhaps not in
+        the window yet) is always read from the table.
         """
         self.reads.recounted()
         through = rule.through
@@ -129,24 +140,48 @@ class ParentReads(TableAccess):
                 if claimed(key):
                     hits[window.key_id(key)] = item
         noted = window.latest(note for note in recent if claimed(note.key))
+        pinned: list[Item] = []
+        if read is not None:
+            hits.pop(window.key_id(read), None)
+            noted.pop(window.key_id(read), None)
+            pinned = self._named(rule, parent_key, [read])
         summed = rule.summed if isinstance(rule, SumRule) else None
         # What the index shows of each hit: a sum's amount (absent counts 0), or nothing.
         listed = {id_: hit.get(summed, Decimal(0)) if summed else None for id_, hit in hits.items()}
         self.reads.looked_through_index(window.index_behind(listed, noted, time.time()))
         indexed, fresh = window.split(hits, noted)
         if all(note.counted is not None for note in fresh):
-            shown = [*indexed, *(_as_item(rule, n) for n in fresh if n.counted)]
+            shown = [*indexed, *(_as_item(rule, n) for n in fresh if n.counted), *pinned]
             total = self._tally(rule, len(shown), shown)
             if not total.unreadable and (total.actual == counter or not confirm):
                 return total
         keys = [self.rules.key_of(item) for item in indexed] + [note.key for note in fresh]
-        confirmed = [
+        confirmed = [*self._named(rule, parent_key, keys), *pinned]
+        return self._tally(rule, len(confirmed), confirmed)
+
+    def _named(self, rule: TallyRule, parent_key: Key, keys: Sequence[Key]) -> list[Item]:
+        """The children at ``keys`` whose base items name ``parent_key``: not a stale entry
+        (the child did not move, nor leave the counted status), read consistently."""
+        through = rule.through
+        assert through is not None
+        summed = rule.summed if isinstance(rule, SumRule) else None
+        return [
             item
             for item in self._get_items(keys, *through.attributes, summed)
-            # Not a stale entry: the child did not move, nor leave the counted status.
             if rule.indexed_parent(item, self.rules.table) == parent_key
         ]
-        return self._tally(rule, len(confirmed), confirmed)
+
+    def newest_child(self, rule: TallyRule, parent: ParentState) -> Key | None:
+        """The child of the parent's newest stamp, if it names a child key of the rule."""
+        try:
+            key = json.loads(parent.stamped_child or "")
+        except ValueError:
+            return None
+        if not isinstance(key, dict) or set(key) != set(self.rules.table.names):
+            return None
+        if not all(isinstance(v, str) for v in key.values()):
+            return None
+        return key if self.rules.claimed_by(rule)(key) else None
 
     def has_more_children(self, rule: TallyRule, parent_key: Key, than: int) -> bool:
         """Does the parent have more than ``than`` children? One ``Select=COUNT`` query of at

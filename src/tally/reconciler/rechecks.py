@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tally.reconciler.protocol import stamps
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.rules import AnyRule, TallyRule
 
@@ -136,6 +137,10 @@ def merge_index_looks(
         *answered, (last, look) = looks
         merged |= {message: None for message, _ in answered}
         references = {recheck.reference for _, recheck in looks}
+        stamped = {stamps.reference(r): r for r in references}
+        if len(references) > 1 and None not in stamped:
+            # Stamped references are each a grace old by now: the latest proves the most.
+            references = {stamped[max(s for s in stamped if s is not None)]}
         # Looks sent with one reference saw the parent in that one state: what they observed
         # agrees, or it is no observation to go on.
         observations = {recheck.observed for _, recheck in looks} - {None}

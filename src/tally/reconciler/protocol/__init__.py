@@ -5,8 +5,9 @@ path: did a batch's writes cancel out), ``carry`` (1b. folding a hot parent's re
 how much of its window is left), ``judgement`` (2. a parent's counter against its children's
 truth), ``lifecycle`` (parents that are gone: orphans and emptied parents on a second look),
 ``window`` (children found through an index: what the stream showed of them lately counts,
-not what the index shows yet), ``repair`` (3. whether a finding may be repaired, and what
-the settings refuse), ``gaps`` (4. missing runs, duplicates, the counter against its
-members), ``batching`` (item collections verified at once). The I/O around them (reads,
+not what the index shows yet), ``stamps`` (parents that never rest: a moving parent judged
+at a revision whose every change is proven known), ``repair`` (3. whether a finding may be
+repaired, and what the settings refuse), ``gaps`` (4. missing runs, duplicates, the counter
+against its members), ``batching`` (item collections verified at once). The I/O around them (reads,
 fenced writes, the audit table, alerts) lives one level up, in ``tally.reconciler``.
 """

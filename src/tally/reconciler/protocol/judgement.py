@@ -32,6 +32,11 @@ class ParentState:
     exists: bool
     counter: Any = _ABSENT
     revision: Any = _ABSENT
+    # Children found through an index, a rule with ``stamp``: the writers' last tokens,
+    # newest first ("" where none yet). They move with the revision.
+    stamps: tuple[str, ...] = field(default=(), compare=False)
+    # And the key of the child of the newest stamp, as the writer wrote it (JSON), if any.
+    stamped_child: str | None = field(default=None, compare=False)
 
     def same_as(self, other: ParentState) -> bool:
         return (self.exists, self.counter, self.revision) == (

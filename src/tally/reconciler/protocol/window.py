@@ -5,7 +5,7 @@ lately is what a look counts, not what a lagging index shows of it (docs/verific
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
@@ -32,16 +32,22 @@ class Noted:
     amount: Decimal | None = None
     # When it was noted (epoch seconds; 0: not read back from the window yet).
     at: float = field(default=0.0, compare=False)
+    # The writers' tokens its records showed for the parent (protocol.stamps.shown_by).
+    tokens: tuple[str, ...] = field(default=(), compare=False)
 
 
 def latest(notes: Iterable[Noted]) -> dict[KeyId, Noted]:
     """Per child, the note of its latest record (one item's records are in order on its
-    shard, so their sequence numbers compare as numbers)."""
+    shard, so their sequence numbers compare as numbers), with every token they showed."""
     found: dict[KeyId, Noted] = {}
     for note in notes:
         seen = found.get(key_id(note.key))
-        if seen is None or int(note.sequence_number) >= int(seen.sequence_number):
-            found[key_id(note.key)] = note
+        if seen is not None:
+            tokens = tuple(dict.fromkeys((*seen.tokens, *note.tokens)))
+            if int(note.sequence_number) < int(seen.sequence_number):
+                note = seen
+            note = replace(note, tokens=tokens)
+        found[key_id(note.key)] = note
     return found
 
 
