@@ -41,6 +41,7 @@ each costed by running that Query on the final table with ``ReturnConsumedCapaci
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import random
 import statistics
@@ -98,6 +99,17 @@ BROKEN_QUIETLY = [f"USER#q{n:02d}" for n in range(10)]
 # followee of its own, broken by that move alone (its edges then hold still too).
 MOVED_TO = {n: f"USER#m{n:02d}" for n in (4, 9)}
 QUIET = BROKEN_QUIETLY + list(MOVED_TO.values())
+# A followee written several times a second for the whole run (a popular account), by a
+# writer of the harness's own (TallyWriter: stamped), and broken twice while it is: a
+# rogue ADD, then an edge put without its count. Each must be alerted while its writes go
+# on, and repaired by its offset (HOT_OFFSETS, before - after; one repair may mend both).
+HOT = "USER#h00"
+HOT_PAUSE = 0.25
+HOT_FAULTS_AFTER = (12, 40)  # the hot writer's writes before each fault
+HOT_OFFSETS = [5, -1]
+# How long the hot followee's writes go on after the application's, at most, waiting for its
+# faults' alerts (a busy machine's single recheck lane may take a while to come to them).
+HOT_SECONDS = 120.0
 GSI1, BY_PRODUCT = "GSI1", "ByProduct"
 # How long the live pump goes on after the writes, waiting for every fault's alert.
 ALERT_SECONDS = 30.0
@@ -383,6 +395,12 @@ class LiveIndexRun:
         }
         self.faults: list[Fault] = []
         self.lock = threading.Lock()
+        # The hot followee's writer: its acknowledged edges ("pk/sk" -> followee or gone),
+        # its writes, and when it stopped writing.
+        self.hot_edges: dict[str, str | None] = {}
+        self.hot_writes = 0
+        self.hot_stopped = float("inf")
+        self.written = threading.Event()
         self.phases: dict[str, float] = {}  # when each phase of the run ended
         self.invocations: dict[str, list[tuple[float, float, int]]] = {}
         dynamodb = stack.dynamodb
@@ -453,13 +471,17 @@ class LiveIndexRun:
         self.aggregator.start()
         pumping = threading.Thread(target=self.pump.forever, name="pump")
         pumping.start()
+        hot = threading.Thread(target=self.write_hot, args=(subscriber,), name="hot")
         try:
             application.go()
+            hot.start()
             injector = threading.Thread(target=self.break_parents, name="injector")
             injector.start()
             acknowledged = application.result()
             self.phases["written"] = time.time()
+            self.written.set()
             injector.join()
+            hot.join()
             # The aggregator adds what is still pending (the tap feeds it until the end).
             time.sleep(0.5)
             self.aggregator.wait_idle()
@@ -468,6 +490,9 @@ class LiveIndexRun:
             while time.monotonic() < deadline and not self.all_alerted(subscriber):
                 time.sleep(0.2)
         finally:
+            self.written.set()
+            if hot.is_alive():
+                hot.join()
             application.stop()
             self.pump.stop(1)
             pumping.join()
@@ -563,7 +588,7 @@ class LiveIndexRun:
         removes its lines during the run: the aggregator subtracts them, no fault); counters
         in step."""
         puts: list[dict[str, Any]] = []
-        for followee in FOLLOWEES + QUIET:
+        for followee in [*FOLLOWEES, *QUIET, HOT]:
             puts.append({"pk": followee, "sk": PROFILE, "followerCount": 1, "rev": 0})
             puts.append(
                 {
@@ -601,6 +626,59 @@ class LiveIndexRun:
             while pending:
                 answer = self.stack.dynamodb.batch_write_item(RequestItems=pending)
                 pending = answer.get("UnprocessedItems") or {}
+
+    # --- the hot followee --------------------------------------------------------------
+
+    def write_hot(self, subscriber: Subscriber) -> None:
+        """Follows and unfollows of ``HOT``, one each ``HOT_PAUSE``, from the application's
+        start until it is done and both faults are alerted (or ``HOT_SECONDS`` after: a
+        fault alerted only after that was not alerted while the writes went on)."""
+        rng = random.Random(self.seed * 7 + 1)
+        db, table = self.stack.dynamodb, self.stack.table
+        writer = TallyWriter(db, table, load_rules(RULES_FILE))
+        following: list[dict[str, str]] = []
+        deadline = float("inf")
+        while True:
+            if self.written.is_set() and deadline == float("inf"):
+                deadline = time.monotonic() + HOT_SECONDS
+            if self.written.is_set() and (
+                self.hot_alerted(subscriber) or time.monotonic() > deadline
+            ):
+                break
+            if following and rng.random() < 0.3:
+                key = following.pop(rng.randrange(len(following)))
+                assert writer.remove_child(key).outcome == "removed"
+                self.hot_edges[f"{key['pk']}/{key['sk']}"] = None
+            else:
+                key = {"pk": f"USER#hf{self.hot_writes:04d}", "sk": "FOLLOWS#0"}
+                status = {"GSI1PK": HOT, "GSI1SK": f"{FOLLOWING}hot"}
+                assert writer.add_child(key, status).outcome == "created"
+                following.append(key)
+                self.hot_edges[f"{key['pk']}/{key['sk']}"] = HOT
+            self.hot_writes += 1
+            if self.hot_writes == HOT_FAULTS_AFTER[0]:
+                db.update_item(
+                    TableName=table,
+                    Key=serialize({"pk": HOT, "sk": PROFILE}),
+                    UpdateExpression="ADD followerCount :k",
+                    ExpressionAttributeValues=serialize({":k": HOT_OFFSETS[0]}),
+                )
+                self.faulted(HOT, "hot/rogue-add")
+            if self.hot_writes == HOT_FAULTS_AFTER[1]:
+                edge = {"pk": "USER#rogue-hot", "sk": "FOLLOWS#0", "GSI1PK": HOT}
+                db.put_item(TableName=table, Item=serialize(edge | {"GSI1SK": f"{FOLLOWING}r"}))
+                self.faulted(HOT, "hot/edge-without-counter")
+            time.sleep(HOT_PAUSE)
+        self.hot_stopped = time.time()
+
+    def hot_alerted(self, subscriber: Subscriber) -> bool:
+        """Has every fault on ``HOT`` been alerted after it?"""
+        with self.lock:
+            faults = [f for f in self.faults if f.pk == HOT]
+        alerts = [a.at for a in list(subscriber.alerts) if alert_pk(a.body) == HOT]
+        return len(faults) == len(HOT_OFFSETS) and all(
+            any(at >= f.at for at in alerts) for f in faults
+        )
 
     # --- the injector -----------------------------------------------------------------
 
@@ -723,6 +801,12 @@ class LiveIndexRun:
         first_fault = {pk: min(f.at for f in faults if f.pk == pk) for pk in broken}
         alerted = {alert_pk(a.body) for a in alerts if a.at >= first_fault.get(alert_pk(a.body), 0)}
         outcome.false_negatives = broken - alerted
+        # A fault on the hot followee counts only if alerted while its writes went on.
+        for fault in (f for f in faults if f.pk == HOT):
+            if not any(
+                fault.at <= a.at < self.hot_stopped for a in alerts if alert_pk(a.body) == HOT
+            ):
+                outcome.false_negatives.add(f"{HOT} {fault.kind}: not while its writes went on")
         outcome.false_positives = {
             alert_pk(a.body)
             for a in alerts
@@ -746,6 +830,10 @@ class LiveIndexRun:
                 found = (item["GSI1PK"], status)
             if found != (tuple(edge) if edge else None):
                 lost.append(f"edge {name}: acknowledged {edge}, found {found}")
+        for name, followee in sorted(self.hot_edges.items()):
+            item = items.get(tuple(name.split("/", 1)))  # type: ignore[arg-type]
+            if (None if item is None else item["GSI1PK"]) != followee:
+                lost.append(f"edge {name}: acknowledged {followee}, found {item}")
         for name, quantity in sorted(acknowledged.lines.items()):
             item = items.get(tuple(name.split("/", 1)))  # type: ignore[arg-type]
             found = None if item is None else int(item["quantity"])
@@ -758,7 +846,7 @@ class LiveIndexRun:
                 followers[item["GSI1PK"]] += 1
             if pk.startswith("cart#") and sk.startswith("product#"):
                 totals[sk] += item["quantity"]
-        for followee in FOLLOWEES + QUIET:
+        for followee in [*FOLLOWEES, *QUIET, HOT]:
             counter = items.get((followee, PROFILE), {}).get("followerCount")
             if counter != followers[followee]:
                 lost.append(f"{followee} counter {counter}, {followers[followee]} edges")
@@ -767,7 +855,7 @@ class LiveIndexRun:
             if product not in broken and total != totals[product]:
                 lost.append(f"{product} total {total}, lines {totals[product]}")
         # Only a broken followee's profile may be written, and only after it was broken.
-        repairable = {f.pk for f in faults if f.kind.startswith(("count/", "quiet/"))}
+        repairable = {f.pk for f in faults if f.kind.startswith(("count/", "quiet/", "hot/"))}
         outcome.harmful_writes = [
             f"{operation} {pk}/{sk}"
             for at, operation, pk, sk in self.calls.writes
@@ -775,7 +863,19 @@ class LiveIndexRun:
         ]
         # A quiet followee's edges hold still after its fault: each repair must set it to
         # them (a repair to anything else, even one a later repair undid, is harmful).
-        for repair in AuditStore(self.stack.dynamodb, self.stack.audit_table).repairs():
+        repairs = AuditStore(self.stack.dynamodb, self.stack.audit_table).repairs()
+        # The hot followee moves all along: each repair must move it by its fault's offset.
+        hot = [
+            r["before"] - r["after"]
+            for r in sorted(repairs, key=lambda r: str(r.get("at", "")))
+            if r["key"].get("pk") == HOT and r["status"] == "applied"
+        ]
+        # One repair may mend several faults at once: each must leave the counter off by
+        # none of the faults still to come, that is, mend all faults up to some point.
+        mended = list(itertools.accumulate(hot))
+        if not set(mended) <= set(itertools.accumulate(HOT_OFFSETS)) or sorted(mended) != mended:
+            outcome.harmful_writes.append(f"repairs of {HOT} by {hot}, faults of {HOT_OFFSETS}")
+        for repair in repairs:
             pk = str(repair["key"].get("pk"))
             if pk in QUIET and repair["status"] == "applied" and repair["after"] != followers[pk]:
                 outcome.harmful_writes.append(
@@ -786,9 +886,12 @@ class LiveIndexRun:
 
     def cost(self, acknowledged: Acknowledged) -> dict[str, dict[str, Any]]:
         """The reconciler's read units per rule against a naive recount per write."""
-        per_followee = {f: self.query_units(GSI1, "GSI1PK", f, FOLLOWING) for f in FOLLOWEES}
+        per_followee = {
+            f: self.query_units(GSI1, "GSI1PK", f, FOLLOWING) for f in [*FOLLOWEES, HOT]
+        }
         per_product = {p: self.query_units(BY_PRODUCT, "sk", p) for p in PRODUCTS}
         naive_followers = sum(per_followee[f] for touched in acknowledged.touched for f in touched)
+        naive_followers += per_followee[HOT] * self.hot_writes
         naive_products = sum(per_product[p] for p in acknowledged.line_products)
         reads, writes = self.calls.reads, self.calls.audit_writes
 
@@ -803,7 +906,9 @@ class LiveIndexRun:
             }
 
         return {
-            "followers": row("followers", acknowledged.edge_writes, naive_followers),
+            "followers": row(
+                "followers", acknowledged.edge_writes + self.hot_writes, naive_followers
+            ),
             "products": row("products", acknowledged.line_writes, naive_products),
         }
 

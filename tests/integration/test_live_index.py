@@ -26,6 +26,8 @@ KINDS = {
     "quiet/blocked-without-decrement",
     "quiet/follow-then-rogue-add",
     "quiet/moved-without-counts",
+    "hot/rogue-add",
+    "hot/edge-without-counter",
     "sum/rogue-set",
     "sum/redelivered",
 }

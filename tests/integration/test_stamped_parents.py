@@ -95,11 +95,12 @@ def test_the_writers_stamp_the_child_and_keep_the_parents_last_tokens_newest_fir
     assert [ann[f"tallyStamp{i}"] for i in range(8)] == tokens[::-1][:8]
     assert "tallyStamp8" not in ann  # eight kept, the oldest two dropped
     assert json.loads(ann["tallyStampChild"]) == edge_key("u9", "ann")
-    assert ann["followerCount"] == 10 and ann["rev"] == 10
+    assert ann["followerCount"] == 10 and ann["rev"] == 10 and ann["tallyStampTotal"] == 10
 
     write.remove_child(edge_key("u9", "ann"))
     ann = stamped.stack.item("USER#ann", "PROFILE")
     assert [ann["tallyStamp0"], ann["tallyStamp1"]] == [f"-{tokens[9]}", tokens[9]]
+    assert ann["tallyStampTotal"] == 9
 
     write.move_child(edge_key("u8", "ann"), {"GSI1PK": "USER#bob"})
     moved = stamped.stack.item("USER#u8", "FOLLOWS#ann")["tallyStamp"]
@@ -140,7 +141,7 @@ def test_a_parent_written_every_moment_is_repaired_to_the_truth_while_the_writes
         stamped.lag.hidden = [edge_key(u, "ann") for u in following[-6:]]
         if alerts := look(stamped):
             alerted[round_] = alerts
-    assert list(alerted) in ([2], [3]), alerted  # while the writes went on
+    assert list(alerted) in ([3], [4]), alerted  # while the writes went on
     (alert,) = next(iter(alerted.values()))
     assert (alert["kind"], alert["key"]["PK"], alert["repair"]["status"]) == (
         "drift",
@@ -155,7 +156,7 @@ def test_a_parent_written_every_moment_is_repaired_to_the_truth_while_the_writes
 
 
 @BATCHES
-def test_a_fault_on_a_stamped_parent_is_alerted_on_its_first_look(
+def test_a_fault_on_a_stamped_parent_stands_when_a_second_look_finds_it_off_by_as_much(
     stamped: Followers, batch_size: int
 ) -> None:
     stamped.profile("ann")
@@ -166,8 +167,11 @@ def test_a_fault_on_a_stamped_parent_is_alerted_on_its_first_look(
     stamped.stack.put(stamped.edge("fay", "ann"))  # no count for it
     stamped.lag.hidden.append(edge_key("fay", "ann"))
     drain(stamped, batch_size)
+    assert look(stamped) == []  # off by one: looked at again a grace later
+    follow(write, "gus", "ann")  # the parent moves in between
+    drain(stamped, batch_size)
     assert kinds(look(stamped)) == [("drift", "USER#ann", "applied")]
-    assert stamped.count("ann") == 3
+    assert stamped.count("ann") == 4
     assert settle(stamped, batch_size) == []
 
 
@@ -213,7 +217,7 @@ def test_a_product_total_changed_every_moment_is_repaired_while_its_lines_change
         stamped.lag.hidden = [{"PK": f"CART#{n}", "SK": "PRODUCT#p"} for n in range(round_ + 1)]
         if alerts := look(stamped):
             alerted[round_] = alerts
-    assert list(alerted) in ([2], [3]), alerted
+    assert list(alerted) in ([3], [4]), alerted
     (alert,) = next(iter(alerted.values()))
     assert (alert["kind"], alert["repair"]["status"]) == ("drift", "applied")
     assert Decimal(str(alert["actual"])) - Decimal(str(alert["stored"])) == 5
@@ -248,3 +252,103 @@ def test_a_change_whose_child_the_window_has_not_seen_is_waited_for_not_judged(
     assert settle(stamped, 1) == []
     assert stamped.count("ann") == 3
     assert stamped.stack.audit.repairs() == []
+
+
+# Found by review: sequences in which a stamped look once judged a parent wrongly.
+
+
+def test_two_removals_of_unstamped_children_leave_stamps_no_outsiders_change_can_pass_for(
+    stamped: Followers,
+) -> None:
+    """Edges no writer stamped, removed by the stamped writers: each removal leaves "?" and
+    a fresh token, never the same stamp twice. An outsider's transaction in flight at the
+    look (its edge in neither the window nor the index) is then never counted as stamped."""
+    stamped.profile("ann")
+    stamped.follow("o1", "ann")  # an outsider's (or a pre-stamp) writer
+    stamped.follow("o2", "ann")
+    assert settle(stamped, 1) == []
+    write = writer(stamped)
+    assert write.remove_child(edge_key("o1", "ann")).outcome == "removed"
+    assert settle(stamped, 1) == []
+    assert write.remove_child(edge_key("o2", "ann")).outcome == "removed"
+    ann = stamped.stack.item("USER#ann", "PROFILE")
+    marks = [ann["tallyStamp0"], ann["tallyStamp1"]]
+    assert all(m.startswith("?") for m in marks) and marks[0] != marks[1]
+    drain(stamped, 1)
+    stamped.follow("o3", "ann")  # an outsider's transaction, in flight at the look
+    stamped.lag.hidden = [edge_key("o3", "ann")]
+    assert look(stamped) == []
+    assert stamped.stack.audit.repairs() == []
+    assert settle(stamped, 1) == []
+    assert stamped.count("ann") == 1 and stamped.stack.audit.repairs() == []
+
+
+def test_an_outsiders_edge_then_its_count_without_a_revision_is_not_judged_at_once(
+    stamped: Followers,
+) -> None:
+    """A non-transactional outsider puts an edge, then adds 1 to the counter without the
+    revision: the counter moved behind the writers' backs since the reference (the
+    writers' total did not), so the look waits, and the edge is in the window by then."""
+    stamped.profile("ann")
+    write = writer(stamped)
+    follow(write, "dan", "ann")
+    drain(stamped, 1)
+    stamped.stack.put(stamped.edge("fay", "ann"))
+    rogue_add(stamped, {"PK": "USER#ann", "SK": "PROFILE"}, "followerCount", 1)
+    stamped.lag.hidden = [edge_key("fay", "ann")]
+    assert look(stamped) == []
+    assert settle(stamped, 1) == []
+    assert stamped.count("ann") == 2 and stamped.stack.audit.repairs() == []
+
+
+def test_a_refollow_in_a_later_batch_does_not_keep_a_resting_parent_from_being_judged(
+    stamped: Followers,
+) -> None:
+    """Follow, unfollow, follow again, each in its own batch: the edge's note holds only the
+    last record's tokens, while the parent still holds the earlier ones. A later change of
+    the same child in the window tells that the earlier ones passed: a rogue +3 on the
+    resting parent is alerted as on any other."""
+    stamped.profile("ann")
+    write = writer(stamped)
+    follow(write, "dan", "ann")
+    drain(stamped, 100)
+    follow(write, "eve", "ann")
+    drain(stamped, 100)
+    assert write.remove_child(edge_key("eve", "ann")).outcome == "removed"
+    drain(stamped, 100)
+    follow(write, "eve", "ann")
+    assert settle(stamped, 100) == []
+    rogue_add(stamped, {"PK": "USER#ann", "SK": "PROFILE"}, "followerCount", 3)
+    alerts: list[dict[str, Any]] = []
+    for _ in range(3):
+        drain(stamped, 100)
+        alerts += look(stamped)
+    assert kinds(alerts) == [("drift", "USER#ann", "applied")]
+    assert stamped.count("ann") == 2
+
+
+def test_a_writers_join_pushed_out_of_the_stamps_is_not_judged_short_on_one_look(
+    stamped: Followers,
+) -> None:
+    """The writers' own follow (eve), its edge's record on a shard that lags more than a
+    grace and not in the index yet; eight follows after it (stamp_depth = 8) push its stamp
+    out. A look finds the counter one above what it can count: it looks again before any
+    repair, and by then the shard delivered the edge."""
+    stamped.profile("ann")
+    assert settle(stamped, 1) == []
+    write = writer(stamped)
+    follow(write, "eve", "ann")
+    for n in range(8):
+        follow(write, f"u{n}", "ann")
+    stamped.lag.hidden = [edge_key("eve", "ann")]
+    records = stamped.stack.records()
+    held = [r for r in records if r["dynamodb"]["Keys"]["PK"]["S"] == "USER#eve"]
+    assert len(held) == 1
+    for record in records:
+        if record not in held:
+            stamped.stack.deliver([record])
+    assert look(stamped) == []
+    assert stamped.stack.audit.repairs() == []
+    stamped.stack.deliver(held)
+    assert settle(stamped, 1) == []
+    assert stamped.count("ann") == 9 and stamped.stack.audit.repairs() == []

@@ -39,6 +39,9 @@ from tally.rules import CountRule, Key, SumRule, TallyRule
 # recount (about 3 RCU) costs less than the carry's read, write (1 WCU, priced as 5 RCU) and
 # later recheck, and leaves no state behind.
 SMALL_PARENT = 100
+# Looks a grace apart at a stamped parent whose changes are not all known yet (a child half
+# on its way): after these, each waits twice as long, as at a parent that keeps moving.
+STAMPED_LOOKS = 8
 
 
 @dataclass(frozen=True)
@@ -344,7 +347,7 @@ class Counts:
         state = _state(rule, parent)
         since = stamps.reference(sent.reference if sent else None)
         if since is not None and parent.exists and stamps.revision_of(parent.revision) is not None:
-            self._verify_stamped(rule, key, since, parent, done)
+            self._verify_stamped(rule, key, since, parent, done, sent)
             return
         if state != (sent.reference if sent else None):
             # Nothing to judge yet. What was seen of a parent that is gone still holds.
@@ -379,38 +382,45 @@ class Counts:
             self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
 
     def _verify_stamped(
-        self, rule: TallyRule, key: Key, since: tuple[int, str], parent: ParentState, done: Done
+        self,
+        rule: TallyRule,
+        key: Key,
+        since: stamps.Reference,
+        parent: ParentState,
+        done: Done,
+        sent: Recheck | None,
     ) -> None:
         """Judge a parent whose writers stamp their changes at a revision it holds, moving or
-        not (docs/verification.md, "Parents that never rest"): when every change since the
-        reference ``since`` is proven known (``_at_revision``), the truth at that revision is
+        not (docs/verification.md, "Parents that never rest"), when every change since the
+        reference ``since`` is proven known (``_at_revision``): the truth at that revision is
         the index with the window's notes and the newest change's child as the table holds
-        it; one look judges, repairs and reports. A change still on its way is waited for a
-        few moments (the settle's attempts); then it looks again a grace later, from the
-        parent as it is then."""
+        it. A finding stands when the next such look, a grace later, finds the counter off
+        from the truth by as much (the parent may have moved between); the repair is fenced
+        on the counter and revision that look read. Otherwise (a change still on its way) it
+        looks again a grace later, from the parent as it is then, without waiting in the
+        look (after ``STAMPED_LOOKS`` such looks on end, twice as late each time): a parent
+        is judged only on what is proven, resting or not."""
         assert rule.through is not None
         grace = rule.through.grace_seconds
-        settle = self._followups.settle
+        observed = sent.observed if sent else None
+        looks = sent.looks if sent else 0
         snapshot = None
-        for attempt in range(settle.attempts):
-            if attempt:
-                time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
-                parent = self._table.read_parent(rule, key)
-            revision = stamps.revision_of(parent.revision)
-            if not parent.exists or revision is None:
-                break
-            if stamps.taken_since(since, revision, parent.stamps) is None:
-                break  # a change without a stamp, or more than the stamps keep: from here
-            snapshot = self._at_revision(rule, key, parent, since, confirm=False)
+        revision = stamps.revision_of(parent.revision)
+        if parent.exists and revision is not None:
+            # A change without a stamp, or more than the stamps keep: nothing is proven here.
+            if stamps.taken_since(since, revision, parent.stamps) is not None:
+                snapshot = self._at_revision(rule, key, parent, since, confirm=False)
             if snapshot is not None and self.finding_of(rule, key, snapshot, None) is not None:
                 # Off by the index and the notes: every hit and noted child read from the table.
                 snapshot = self._at_revision(rule, key, parent, since, confirm=True)
-            if snapshot is not None:
-                break
         if snapshot is None:
             done.append(Outcome.LEFT)
             state = _state(rule, parent)
-            self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace, reference=state)
+            delay = min(grace << max(0, looks + 1 - STAMPED_LOOKS), MAX_DELAY_SECONDS)
+            # What an earlier look saw still stands, for the next look that proves.
+            self._followups.schedule(
+                rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
+            )
             return
         finding = self._judged(rule, key, snapshot, None, None, done)
         if finding is None:
@@ -418,37 +428,55 @@ class Counts:
         if finding.kind == "orphans":  # a second look of its own, an orphan grace later
             self._followups.judge_orphans(rule, key, finding, None)
             return
-        proof = f"every change since revision {since[0]} stamped and known"
+        seen = observation(finding)
+        state = _state(rule, snapshot.parent)
+        if not lifecycle.held_offset(observed, seen):
+            self._followups.unconfirmed(finding)
+            self._followups.schedule(
+                rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
+            )
+            return
+        proof = (
+            f"off by as much at two looks {grace} s apart, every change since revision "
+            f"{since.revision} stamped and known"
+        )
         finding = replace(finding, detail="; ".join(p for p in (finding.detail, proof) if p))
         if not self.repair(rule, key, snapshot, finding):
             # The parent moved after this recount: judged again from where it is then.
             state = _state(rule, self._table.read_parent(rule, key))
-            self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace, reference=state)
+            self._followups.schedule(rule, key, 0, INDEX_MOVED, seen, delay=grace, reference=state)
 
     def _at_revision(
         self,
         rule: TallyRule,
         key: Key,
         parent: ParentState,
-        since: tuple[int, str],
+        since: stamps.Reference,
         *,
         confirm: bool,
     ) -> Snapshot | None:
         """The truth at the revision ``parent`` holds, if every change since ``since`` is
-        known: each stamp's child in the window's notes (read while the parent held), but the
-        newest change's, read from the table. None otherwise, or if the parent moved."""
+        known: nothing moved the counter behind the writers' backs, each stamp's child is in
+        the window's notes (read while the parent held), but the newest change's, read from
+        the table. None otherwise, or if the parent moved."""
         assert rule.through is not None
         recent = self._recent.recent_children(rule.name, key, rule.through.window)
         revision = stamps.revision_of(parent.revision)
         assert revision is not None
         taken = stamps.taken_since(since, revision, parent.stamps)
         newest = self._table.newest_child(rule, parent) if taken else None
-        tokens = stamps.tokens_of(recent)
+        known = stamps.Known.of(recent)
         # A stamp younger than half the window has its note still: it must be there.
         young = self._recent.clock() - rule.through.window / 2
-        newest_read = newest is not None
+        offset = stamps.offset_of(parent.counter, parent.stamped_total)
         if not stamps.proven(
-            since, revision, parent.stamps, tokens, newest_read=newest_read, young_since=young
+            since,
+            revision,
+            offset,
+            parent.stamps,
+            known,
+            newest_read=newest is not None,
+            young_since=young,
         ):
             return None
         tally = self._table.tally_indexed(
@@ -506,4 +534,5 @@ def _state(rule: TallyRule, parent: ParentState) -> str:
     state = lifecycle.state_of(parent.exists, parent.counter, parent.revision)
     if rule.through is None or rule.through.stamp is None:
         return state
-    return stamps.stamped_state(state, parent.stamps[0] if parent.stamps else "")
+    newest = parent.stamps[0] if parent.stamps else ""
+    return stamps.stamped_state(state, newest, parent.stamped_total)

@@ -198,7 +198,11 @@ def _state_after(rule: AnyRule, event: str, counter: Any, new: Mapping[str, Any]
     through = rule.through if isinstance(rule, TallyRule) else None
     if through is None or through.stamp is None:
         return state
-    return stamps.stamped_state(state, attr(new, through.stamps[0]))
+    assert through.stamp_total is not None
+    total = attr(new, through.stamp_total)
+    return stamps.stamped_state(
+        state, attr(new, through.stamps[0]), None if total is MISSING else total
+    )
 
 
 def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:

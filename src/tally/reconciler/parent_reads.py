@@ -30,13 +30,14 @@ class ParentReads(TableAccess):
         stamps = through.stamps if through is not None else ()
         if through is not None and through.stamp_child is not None:
             stamps = (*stamps, through.stamp_child)
-        names = Names.of(rule.counter, rule.revision, self._pk, *stamps)
+        total = through.stamp_total if through is not None else None
+        names = Names.of(rule.counter, rule.revision, self._pk, *stamps, total)
         response = self.client.get_item(
             TableName=self.name,
             Key=self._key(key),
             ConsistentRead=consistent,
             ProjectionExpression=", ".join(
-                names[a] for a in (self._pk, rule.counter, rule.revision, *stamps) if a
+                names[a] for a in (self._pk, rule.counter, rule.revision, *stamps, total) if a
             ),
             ExpressionAttributeNames=names.expression_names,
             ReturnConsumedCapacity="TOTAL",
@@ -52,7 +53,8 @@ class ParentReads(TableAccess):
         if not held:
             return ParentState(True, item.get(rule.counter, ABSENT), revision)
         counter = item.get(rule.counter, ABSENT)
-        return ParentState(True, counter, revision, held[:-1], held[-1] or None)
+        stamped = item.get(total) if total else None
+        return ParentState(True, counter, revision, held[:-1], held[-1] or None, stamped)
 
     def tally_children(self, rule: TallyRule, parent_key: Key) -> ChildTotal:
         """Count or sum the children with paginated consistent queries (children found

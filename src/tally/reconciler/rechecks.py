@@ -140,7 +140,8 @@ def merge_index_looks(
         stamped = {stamps.reference(r): r for r in references}
         if len(references) > 1 and None not in stamped:
             # Stamped references are each a grace old by now: the latest proves the most.
-            references = {stamped[max(s for s in stamped if s is not None)]}
+            latest = max((s for s in stamped if s is not None), key=lambda s: s.revision)
+            references = {stamped[latest]}
         # Looks sent with one reference saw the parent in that one state: what they observed
         # agrees, or it is no observation to go on.
         observations = {recheck.observed for _, recheck in looks} - {None}

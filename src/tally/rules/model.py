@@ -181,8 +181,8 @@ class IndexChildren(_Strict):
             raise ValueError("sort_prefix needs the index's sort_key")
         if self.sort_key == self.partition_key:
             raise ValueError("sort_key must differ from partition_key")
-        if self.stamp is not None and self.stamp in self.attributes:
-            raise ValueError("stamp must differ from the index's key attributes")
+        if set(self.stamp_attributes) & set(self.attributes):
+            raise ValueError("stamp's attributes must differ from the index's key attributes")
         return self
 
     @property
@@ -208,6 +208,19 @@ class IndexChildren(_Strict):
     def stamp_child(self) -> str | None:
         """The parent's attribute naming the child of its newest stamp."""
         return None if self.stamp is None else f"{self.stamp}Child"
+
+    @property
+    def stamp_total(self) -> str | None:
+        """The parent's attribute the writers add each stamped change's delta to."""
+        return None if self.stamp is None else f"{self.stamp}Total"
+
+    @property
+    def stamp_attributes(self) -> tuple[str, ...]:
+        """Every attribute the stamps take, on the child and on the parent."""
+        if self.stamp is None:
+            return ()
+        assert self.stamp_child is not None and self.stamp_total is not None
+        return (self.stamp, *self.stamps, self.stamp_child, self.stamp_total)
 
 
 class _TallyRule(_RuleBase):
@@ -245,13 +258,11 @@ class _TallyRule(_RuleBase):
             raise ValueError("through.stamp needs the rule's revision: a stamp names one")
         if self.lag_seconds is not None:
             raise ValueError("through.stamp is for the product's writers, not an aggregator")
-        taken = {self.counter, self.revision} & {
-            through.stamp,
-            through.stamp_child,
-            *through.stamps,
-        }
+        summed = getattr(self, "summed", None)
+        taken = {self.counter, self.revision, summed} & set(through.stamp_attributes)
         if taken:
-            raise ValueError(f"through.stamp's attributes must differ from {sorted(taken)}")
+            names = sorted(str(name) for name in taken)
+            raise ValueError(f"through.stamp's attributes must differ from {names}")
         return self
 
     def child_pattern(self, keys: TableKeys) -> KeyPattern:

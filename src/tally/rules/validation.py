@@ -198,6 +198,8 @@ def _indexed_children_problems(rule: TallyRule, keys: TableKeys) -> Iterator[str
             "field 'on_ttl_expiry': 'decrement' is not offered for children found through an "
             "index; an expired child is a drift the recount finds (use 'alert')"
         )
+    if taken := sorted(set(through.stamp_attributes) & {*keys.names, keys.ttl_attribute}):
+        yield f"field 'through.stamp': its attributes {taken} are the table's keys or TTL"
     if rule.repair == "auto" and rule.revision is None:
         yield (
             "field 'revision': children found through an index are repaired only with a "

@@ -273,7 +273,7 @@ class TallyWriter(GuardedWriter):
     ) -> None:
         """A fresh token on the child; on each parent, the token (the child's last one,
         marked, on a parent it leaves) with the child's key (``current``: the child as read)."""
-        token = stamps.new_token()
+        token = stamps.new_token(write.key)
         stamps.stamp_child(writes[0], through, token)
         after: Mapping[str, Any] | None = None
         if write.operation == "add":
@@ -285,9 +285,9 @@ class TallyWriter(GuardedWriter):
             after = {name: value for name, value in moved.items() if value is not None}
         joined = write.rule.indexed_parent(after, self._keys) if after else None
         old = current.get(through.stamp) if current and through.stamp else None
-        for update, (key, _) in zip(writes[1:], parents, strict=True):
-            stamp = token if key == joined else stamps.removed(old)
-            stamps.stamp_parent(update, through, stamp, write.key)
+        for update, (key, delta) in zip(writes[1:], parents, strict=True):
+            stamp = stamps.parent_stamp(token, old, joins=key == joined)
+            stamps.stamp_parent(update, through, stamp, write.key, delta)
 
     def _settle(self, write: _Write, outcome: Outcome, attempts: int) -> WriteResult:
         """An outcome that wrote nothing; under a key it is stored unless the key is taken."""

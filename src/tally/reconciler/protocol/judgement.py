@@ -37,6 +37,8 @@ class ParentState:
     stamps: tuple[str, ...] = field(default=(), compare=False)
     # And the key of the child of the newest stamp, as the writer wrote it (JSON), if any.
     stamped_child: str | None = field(default=None, compare=False)
+    # And what the writers' stamped changes added to the counter (``<stamp>Total``).
+    stamped_total: Any = field(default=None, compare=False)
 
     def same_as(self, other: ParentState) -> bool:
         return (self.exists, self.counter, self.revision) == (

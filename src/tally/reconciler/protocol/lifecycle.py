@@ -30,10 +30,11 @@ def state_of(exists: bool, counter: Any, revision: Any) -> str:
     counter and revision (numbers in canonical form, None for absent, other values by type)."""
     if not exists:
         return "gone"
-    return f"{_shown(counter)} {_shown(revision)}"
+    return f"{shown(counter)} {shown(revision)}"
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as a state shows it: a number in canonical form, ``-`` absent, else its type."""
     if value is None or value is NULL:  # absent, or NULL (as a read shows it; None in a stream)
         return "-"
     if isinstance(value, Decimal) and value.is_finite():
@@ -50,6 +51,20 @@ def held(earlier: Observed | None, now: Observed) -> bool:
         return True
     try:
         return same(earlier, now)
+    except ArithmeticError:
+        return False
+
+
+def held_offset(earlier: Observed | None, now: Observed) -> bool:
+    """The counter off from the truth by as much at two looks (the parent may have moved
+    between: a stamped look judges it where it stands); a counter that holds no number,
+    exactly as shown."""
+    if earlier is None:
+        return False
+    if tuple(earlier) == tuple(now):
+        return True
+    try:
+        return (earlier[0] is None) == (now[0] is None) and offset(earlier) == offset(now)
     except ArithmeticError:
         return False
 

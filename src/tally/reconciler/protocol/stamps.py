@@ -1,29 +1,22 @@
-"""Children found through an index: the writers' stamps. A parent that never rests is judged
-at a revision whose every change since a reference is proven, by its stamp, to have reached
-the stream's window (docs/verification.md, "Parents that never rest")."""
+"""Children found through an index: the writers' stamps (``tally.core.stamps``). A parent
+that never rests is judged at a revision whose every change since a reference is proven,
+by its stamp, to be known to the stream's window (docs/verification.md, "Parents that never
+rest")."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-# A writer's token: the second it was made (9 hex digits) and 60 random bits (15); a
-# removal's is the removed child's token after "-". What the product's writers put on a
-# parent for a removal of a child they did not stamp: matched by no note, so it is proven
-# only once it lies before a look's reference.
-TOKEN = re.compile(r"-?[0-9a-f]{24}")
-SECOND_DIGITS = 9
-UNKNOWN = "?"
+from tally.core.numbers import subtract
+from tally.core.stamps import child_mark, is_token, made_at, removed
+from tally.reconciler.protocol import lifecycle
+from tally.reconciler.protocol.window import Noted
+
 # A stamp place no write has filled yet, as a reference shows it.
 NONE_YET = "."
-
-
-def removed(token: Any) -> str:
-    """The token a parent takes when a child leaves it: the child's own, marked; unknown for
-    a child no writer stamped."""
-    return f"-{token}" if isinstance(token, str) and TOKEN.fullmatch(token) else UNKNOWN
 
 
 def shown_by(child: Any, image_named_parent: bool, old: Any) -> tuple[str, ...]:
@@ -31,29 +24,55 @@ def shown_by(child: Any, image_named_parent: bool, old: Any) -> tuple[str, ...]:
     names the parent (it joined, or stays and changed), else its old token marked as
     removed; and the old token itself when its old image named the parent (the change the
     parent took before, still to be matched once this one replaced it in the window)."""
-    tokens = []
-    if image_named_parent:
-        tokens.append(child)
-    else:
-        tokens.append(removed(old))
-    tokens.append(old)
-    return tuple(t for t in tokens if isinstance(t, str) and TOKEN.fullmatch(t))
+    tokens = [child if image_named_parent else removed(old), old]
+    return tuple(t for t in tokens if is_token(t))
 
 
-def stamped_state(state: str, newest: Any) -> str:
-    """A parent's state (``lifecycle.state_of``) with its newest stamp: a reference a look can
-    later find in the parent's stamps."""
+@dataclass(frozen=True)
+class Reference:
+    """Where a parent stood when a batch or a look saw it: its revision, its newest stamp
+    ("" where none yet), and its counter less what the writers' stamped changes added to
+    it (``<stamp>Total``): what moved the counter behind the writers' backs."""
+
+    revision: int
+    newest: str
+    offset: Decimal
+
+
+def stamped_state(state: str, newest: Any, total: Any) -> str:
+    """A parent's state (``lifecycle.state_of``) with its newest stamp and the writers' total:
+    a reference a look can later find in the parent's stamps."""
     if state == "gone":
         return state
-    return f"{state} {newest if isinstance(newest, str) and newest else NONE_YET}"
+    shown = newest if isinstance(newest, str) and newest else NONE_YET
+    return f"{state} {shown} {lifecycle.shown(total)}"
 
 
-def reference(state: str | None) -> tuple[int, str] | None:
-    """The revision and newest stamp a stamped reference holds; None for any other."""
+def reference(state: str | None) -> Reference | None:
+    """The reference a stamped state holds; None for any other (gone, unstamped, a revision
+    that is no whole number, a counter or total that is no number)."""
     parts = (state or "").split(" ")
-    if len(parts) != 3 or not parts[1].isdigit():
+    if len(parts) != 4 or not parts[1].isdigit():
         return None
-    return int(parts[1]), "" if parts[2] == NONE_YET else parts[2]
+    try:
+        counter, total = (Decimal(0 if p == "-" else p) for p in (parts[0], parts[3]))
+        offset = subtract(counter, total)
+    except ArithmeticError:
+        return None
+    if not offset.is_finite():
+        return None
+    return Reference(int(parts[1]), "" if parts[2] == NONE_YET else parts[2], offset)
+
+
+def offset_of(counter: Any, total: Any) -> Decimal | None:
+    """A parent's counter less the writers' total (absent: 0); None when either is no number."""
+    values = [Decimal(0) if v is None else v for v in (counter, total)]
+    if not all(isinstance(v, Decimal) and v.is_finite() for v in values):
+        return None
+    try:
+        return subtract(values[0], values[1])
+    except ArithmeticError:
+        return None
 
 
 def revision_of(value: Any) -> int | None:
@@ -63,55 +82,82 @@ def revision_of(value: Any) -> int | None:
     return None
 
 
-def taken_since(
-    since: tuple[int, str], revision: int, stamps: Sequence[str]
-) -> tuple[str, ...] | None:
-    """The stamps of the changes a parent at ``revision`` took after the reference ``since``
-    (its revision and newest stamp), newest first; None unless each of those changes left
-    one: the reference's newest stamp sits exactly as many places down as the parent took
-    revisions since (none unstamped, none scrolled out of its ``stamps``)."""
-    ref_revision, ref_newest = since
-    taken = revision - ref_revision
-    if taken < 0 or taken >= len(stamps) or stamps[taken] != ref_newest:
+def taken_since(since: Reference, revision: int, stamps: Sequence[str]) -> tuple[str, ...] | None:
+    """The stamps of the changes a parent at ``revision`` took after the reference ``since``,
+    newest first; None unless each of those changes left one: the reference's newest stamp
+    sits, once, exactly as many places down as the parent took revisions since (none
+    unstamped, none scrolled out of its ``stamps``). With no stamp at the reference, the
+    places below the changes since are the empty ones."""
+    taken = revision - since.revision
+    if taken < 0 or taken >= len(stamps) or stamps[taken] != since.newest:
         return None
-    return tuple(stamps[:taken])
+    held = tuple(stamps[:taken])
+    if since.newest == "":
+        if not all(held) or any(stamps[taken:]):
+            return None
+    elif stamps.count(since.newest) != 1:
+        return None
+    return held
 
 
-def made_at(stamp: str) -> int | None:
-    """The second a writer's token was made; None for anything else."""
-    if not TOKEN.fullmatch(stamp):
-        return None
-    return int(stamp.lstrip("-")[:SECOND_DIGITS], 16)
+@dataclass(frozen=True)
+class Known:
+    """What the window's notes know of a parent's children: every token they hold, and per
+    mark of a child's key, when the latest token its notes hold was made."""
+
+    tokens: frozenset[str] = frozenset()
+    latest: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, notes: Iterable[Noted]) -> Known:
+        tokens: set[str] = set()
+        latest: dict[str, float] = {}
+        for note in notes:
+            for token in note.tokens:
+                tokens.add(token)
+                mark, made = child_mark(token), made_at(token)
+                if mark is not None and made is not None:
+                    latest[mark] = max(made, latest.get(mark, made))
+        return cls(frozenset(tokens), latest)
+
+    def shown(self, stamp: str) -> bool:
+        """The window holds the change that made ``stamp``."""
+        return stamp in self.tokens
+
+    def passed(self, stamp: str) -> bool:
+        """The window holds that change, or a later change of the same child (one item's
+        records come in order: the earlier one was verified first). Told by the mark of the
+        child's key, which two children may share: trusted only before a reference."""
+        mark, made = child_mark(stamp), made_at(stamp)
+        later = mark is not None and made is not None and self.latest.get(mark, -1) > made
+        return self.shown(stamp) or later
 
 
 def proven(
-    since: tuple[int, str],
+    since: Reference,
     revision: int,
+    offset: Decimal | None,
     stamps: Sequence[str],
-    tokens: Collection[str],
+    known: Known,
     *,
     newest_read: bool = False,
     young_since: float = 0,
 ) -> bool:
-    """Every change a parent took after the reference ``since`` is one of the writers' and
-    is known to the look: each stamp ``taken_since`` is among the ``tokens`` the window's
-    notes hold, but the newest, when its child is read from the table (``newest_read``).
-    So is every stamp the parent still holds from before the reference that was made since
-    ``young_since``: a shard may lag more than a grace. Older ones, and changes no stamp
-    tells of any more, are as old as a grace at least: the window holds them by then."""
+    """Every change a parent (now at ``revision``, its counter ``offset`` from the writers'
+    total) took after the reference ``since`` is one of the writers' and is known to the
+    look: nothing moved the counter behind the writers' backs since (the same offset), the
+    window shows each stamp ``taken_since``, but the newest, when its child is read from the
+    table (``newest_read``). And every stamp the parent still holds from before the
+    reference that was made since ``young_since``, the window has passed: a shard may lag
+    more than a grace. Older ones, and changes no stamp tells of any more, are as old as a
+    grace at least: the window holds them by then."""
     taken = taken_since(since, revision, stamps)
-    if taken is None:
+    if taken is None or offset != since.offset:
         return False
-    if not all(stamp in tokens for stamp in (taken[1:] if newest_read else taken)):
+    if not all(known.shown(stamp) for stamp in (taken[1:] if newest_read else taken)):
         return False
-    before = stamps[len(taken) :]
     return all(
-        stamp in tokens
-        for stamp in before
+        known.passed(stamp)
+        for stamp in stamps[len(taken) :]
         if (made := made_at(stamp)) is not None and made >= young_since
     )
-
-
-def tokens_of(notes: Iterable[Any]) -> frozenset[str]:
-    """Every token the window's notes hold."""
-    return frozenset(token for note in notes for token in note.tokens)
