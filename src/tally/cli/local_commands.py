@@ -166,7 +166,7 @@ def alerts(options: argparse.Namespace) -> int:
 def invoke(options: argparse.Namespace) -> int:
     from tally.local import inbox, invocation, runner
     from tally.local.functions import functions
-    from tally.local.pump import RecheckSchedule
+    from tally.local.recheck_schedule import RecheckSchedule
     from tally.local.template import load_template, template_path
 
     template = load_template(template_path())

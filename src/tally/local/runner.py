@@ -15,10 +15,12 @@ from tally.core.streams import StreamReader, stream_arn
 from tally.local import stack_record
 from tally.local.checkpoint import Checkpoint
 from tally.local.functions import cold_start, environment, function, variables
-from tally.local.pump import CARRY_SECONDS, MappingSettings, Pump, RecheckSchedule, Say
+from tally.local.pump import CARRY_SECONDS, Pump, Say
+from tally.local.recheck_schedule import RecheckSchedule
 from tally.local.sqs_trigger import Invoke
 from tally.local.stack_record import LocalStack
 from tally.local.state import CHECKPOINT_FILE, FUNCTION_LOG
+from tally.local.stream_trigger import MappingSettings
 from tally.local.template import load_template, template_path
 from tally.rules import load_rules
 
