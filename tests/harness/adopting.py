@@ -15,8 +15,7 @@ import boto3
 import pytest
 
 from tally.cli import app as cli
-from tally.local import inbox, runner
-from tally.local import stack as local_stack
+from tally.local import inbox, runner, stack_record
 from tally.local.dynamodb_local import local_client_kwargs
 from tally.rules import RuleSet, parse_rules
 from tests.utils import deserialize
@@ -28,7 +27,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "adopting"
 class Adopted:
     """One adopted table on the local stack, and the commands a user runs against it."""
 
-    stack: local_stack.LocalStack
+    stack: stack_record.LocalStack
     state_dir: Path
     rules: RuleSet
     capsys: pytest.CaptureFixture[str]

@@ -45,7 +45,9 @@ import boto3
 from tally.core.settings import settings
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
-from tally.local.pump import MappingSettings, Pump, RecheckSchedule
+from tally.local.pump import Pump
+from tally.local.recheck_schedule import RecheckSchedule
+from tally.local.stream_trigger import MappingSettings
 from tally.local.template import load_template, template_path
 from tally.reconciler import runtime
 from tally.rules import REPAIR_MARKER, RuleSet

@@ -62,7 +62,8 @@ from tally.core.streams import StreamReader, stream_arn
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.dynamodb_local import local_client_kwargs
-from tally.local.pump import MappingSettings, Pump
+from tally.local.pump import Pump
+from tally.local.stream_trigger import MappingSettings
 from tally.local.template import create_table_from, load_template, template_path
 from tally.reconciler import runtime
 from tally.reconciler.audit_store import AuditStore

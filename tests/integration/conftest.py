@@ -25,6 +25,7 @@ from tally.core.streams import StreamReader, stream_arn
 from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local import stack as local_stack
+from tally.local import stack_record
 from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.moto_server import moto_server
 from tally.local.sqs_trigger import sqs_event_record
@@ -279,14 +280,14 @@ def adopt(
             )
         else:
             assert cli.main(args) == 0
-        stack = local_stack.load(state_dir)
+        stack = stack_record.load(state_dir)
         assert stack is not None and stack.rules_file == str(rules)
         return Adopted(stack, state_dir, load_rules(rules), capsys)
 
     try:
         yield start
     finally:
-        started = local_stack.load(state_dir)
+        started = stack_record.load(state_dir)
         local_stack.down(state_dir)
         tables = (started.table_name, started.audit_table_name) if started else ()
         for table in tables:

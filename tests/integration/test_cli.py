@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tally.local.stack import load
+from tally.local.stack_record import load
 from tally.local.template import load_template, template_path
 from tests.integration.conftest import Stack
 

@@ -34,7 +34,8 @@ import boto3
 import pytest
 
 from tally.local.functions import parameter_defaults
-from tally.local.pump import MappingSettings, Pump
+from tally.local.pump import Pump
+from tally.local.stream_trigger import MappingSettings
 from tally.local.template import load_template, template_path
 from tests.harness.iam import Deployment, NotModelled, expand
 

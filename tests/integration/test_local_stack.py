@@ -19,17 +19,16 @@ from typing import Any
 import boto3
 import pytest
 
-from tally.local import inbox, state
+from tally.local import inbox, stack_record, state
 from tally.local import stack as local_stack
 from tally.local.functions import bundled_rules
-from tally.local.stack import (
+from tally.local.stack import down, up
+from tally.local.stack_record import (
     LocalStack,
     LocalStackError,
-    down,
     exports,
     load,
     sam_env,
-    up,
 )
 from tally.local.state import SAM_ENV_FILE, STATE_FILE
 
@@ -236,7 +235,7 @@ def test_up_writes_the_sam_env_file_samconfig_reads(local: LocalStack) -> None:
 def test_the_exports_name_the_rules_the_template_bundles(
     local: LocalStack, template: dict[str, Any]
 ) -> None:
-    assert local_stack.env(local)["RULES_FILE"] == str(bundled_rules(template))
+    assert stack_record.env(local)["RULES_FILE"] == str(bundled_rules(template))
 
 
 def test_up_without_moto_names_the_extra_and_starts_nothing(

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tally.local.pump import _failure_message
+from tally.local.stream_trigger import failure_message
 from tally.reconciler import runtime
 from tally.reconciler.full_audit import full_audit
 from tally.reconciler.rechecks import Recheck, RecheckQueue
@@ -82,7 +82,7 @@ def test_a_replay_never_repairs_a_text_counter(
     text_counter(stack)
     records = stack.records()  # never delivered: as if the batch exhausted its retries
     shard = next(iter(stack.reader.positions()))
-    message = _failure_message(shard, records, stack.reader.stream_arn, 6, "Unhandled")
+    message = failure_message(shard, records, stack.reader.stream_arn, 6, "Unhandled")
     stack.sqs.send_message(QueueUrl=failures, MessageBody=json.dumps(message))
     assert replay()["records"] == len(records)
     assert_alerted_and_kept(stack)

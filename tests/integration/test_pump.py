@@ -30,8 +30,9 @@ from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.checkpoint import Checkpoint
 from tally.local.dynamodb_local import local_client_kwargs
-from tally.local.pump import QUIET_POLLS, MappingSettings, Pump, lane_of
+from tally.local.pump import QUIET_POLLS, Pump
 from tally.local.sqs_trigger import Invoke
+from tally.local.stream_trigger import MappingSettings, lane_of
 from tally.reconciler import runtime
 from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tests.harness.live import watched_schedule

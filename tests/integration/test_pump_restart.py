@@ -18,8 +18,9 @@ from tally.handlers import recheck as recheck_handler
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.checkpoint import Checkpoint
 from tally.local.dynamodb_local import local_client_kwargs
-from tally.local.pump import MappingSettings, Pump
+from tally.local.pump import Pump
 from tally.local.runner import exit_code, stopped_by_signals
+from tally.local.stream_trigger import MappingSettings
 from tally.reconciler.alerts import AlertPublisher
 from tally.rules import load_rules
 from tally.writers import TallyWriter

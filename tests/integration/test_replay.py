@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tally.local.pump import _failure_message
+from tally.local.stream_trigger import failure_message
 from tally.reconciler.replay import replay
 from tests.integration.conftest import Stack
 
@@ -22,7 +22,7 @@ def test_replay_reads_the_failed_range_again_and_verifies_it(
     stack.put({"PK": "POST#a91f", "SK": "LIKE#USER#1"})
     records = stack.records()  # never delivered: as if the batch exhausted its retries
     shard = next(iter(stack.reader.positions()))
-    message = _failure_message(shard, records, stack.reader.stream_arn, 6, "Unhandled")
+    message = failure_message(shard, records, stack.reader.stream_arn, 6, "Unhandled")
     stack.sqs.send_message(QueueUrl=failures, MessageBody=json.dumps(message))
 
     outcome = replay()
@@ -41,7 +41,7 @@ def test_a_range_that_aged_out_is_reported_for_the_full_audit(
     stack.put({**POST, "likeTally": 0})
     records = stack.records()
     gone = "shardId-00000000000000000000-00000000"  # a shard the stream no longer lists
-    message = _failure_message(gone, records, stack.reader.stream_arn, 6, None)
+    message = failure_message(gone, records, stack.reader.stream_arn, 6, None)
     stack.sqs.send_message(QueueUrl=failures, MessageBody=json.dumps(message))
     lines: list[str] = []
 

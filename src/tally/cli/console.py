@@ -32,7 +32,7 @@ from rich.text import Text
 
 from tally.core.settings import SettingsError
 from tally.local.dynamodb_local import DynamoDBLocalUnavailable
-from tally.local.stack import LocalStackError
+from tally.local.stack_record import LocalStackError
 from tally.local.tables import ALERT_COLUMNS, ALERT_WIDTHS, alert_row, pattern, plain, table
 from tally.local.template import TemplateError, TemplateNotFoundError
 from tally.reconciler.findings import Finding, Off

@@ -15,6 +15,7 @@ import tally.cli.targets as targets
 from tally.cli.console import Failure, UsageError
 from tally.cli.options import named_file, rules_file
 from tally.local import stack as local_stack
+from tally.local import stack_record
 from tally.local.state import DEMO_DIR, FUNCTION_LOG, SAM_ENV_FILE
 from tally.rules import load_rules
 
@@ -44,15 +45,15 @@ def local(options: argparse.Namespace) -> int:
             f"SNS/SQS {stack.moto_endpoint}; `sam local invoke` variables in "
             f"{state_dir / SAM_ENV_FILE}"
         )
-        print(local_stack.exports(stack))
+        print(stack_record.exports(stack))
     elif options.action == "down":
         stopped = local_stack.down(state_dir)
         for line in stopped or ["nothing was running"]:
             console.note(f"stopped: {line}")
     elif options.action == "env" and options.sam:
-        print(json.dumps(local_stack.sam_env(targets.running(state_dir)), indent=2))
+        print(json.dumps(stack_record.sam_env(targets.running(state_dir)), indent=2))
     else:
-        print(local_stack.exports(targets.running(state_dir)))
+        print(stack_record.exports(targets.running(state_dir)))
     return 0
 
 
@@ -136,7 +137,7 @@ def alerts(options: argparse.Namespace) -> int:
 
     state_dir = targets.state_dir()
     stack = targets.running(state_dir)
-    sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
+    sqs, url = stack.client("sqs"), stack_record.env(stack)["ALERT_INBOX_URL"]
     printed = 0
     while True:
         alerts = inbox.collect(sqs, url, state_dir)
@@ -165,7 +166,7 @@ def alerts(options: argparse.Namespace) -> int:
 def invoke(options: argparse.Namespace) -> int:
     from tally.local import inbox, invocation, runner
     from tally.local.functions import functions
-    from tally.local.pump import RecheckSchedule
+    from tally.local.recheck_schedule import RecheckSchedule
     from tally.local.template import load_template, template_path
 
     template = load_template(template_path())
@@ -179,7 +180,7 @@ def invoke(options: argparse.Namespace) -> int:
     _event_fits(specs[options.function], event, options.event)
     state_dir = targets.state_dir()
     stack = targets.running(state_dir)
-    sqs, url = stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"]
+    sqs, url = stack.client("sqs"), stack_record.env(stack)["ALERT_INBOX_URL"]
     before = len(inbox.collect(sqs, url, state_dir))
     log = state_dir / FUNCTION_LOG
     console.note(

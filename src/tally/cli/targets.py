@@ -12,6 +12,7 @@ from botocore.config import Config
 
 from tally.cli.console import Failure, UsageError
 from tally.local import stack as local_stack
+from tally.local import stack_record
 
 # An unreachable endpoint fails in seconds, not after the standard retry mode's backoff.
 PREFLIGHT = Config(
@@ -22,7 +23,7 @@ PREFLIGHT = Config(
 def state_dir() -> Path:
     """$TALLY_STATE_DIR, else .tally next to the project's template."""
     configured = os.environ.get("TALLY_STATE_DIR")
-    return Path(configured) if configured else local_stack.default_state_dir()
+    return Path(configured) if configured else stack_record.default_state_dir()
 
 
 NOT_RUNNING = (
@@ -39,9 +40,9 @@ def table_name() -> str:
     return name
 
 
-def running(state_dir: Path) -> local_stack.LocalStack:
+def running(state_dir: Path) -> stack_record.LocalStack:
     """The local stack recorded in ``state_dir``; Failure saying how to start it if it is not up."""
-    stack = local_stack.load(state_dir)
+    stack = stack_record.load(state_dir)
     if stack is None:
         raise Failure("the local stack is not running: start it with `tally local up`")
     if not local_stack.answers(stack):
@@ -62,8 +63,8 @@ def environment(stack_name: str | None, rules: Path | None) -> Iterator[None]:
         raise UsageError(f"--rules {rules}: no such file")
     if stack_name:
         values = deployed(stack_name)
-    elif (local := local_stack.load(state_dir())) is not None:
-        values = local_stack.env(local)
+    elif (local := stack_record.load(state_dir())) is not None:
+        values = stack_record.env(local)
     else:
         values = {}
     if rules is not None:

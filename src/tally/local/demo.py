@@ -21,11 +21,11 @@ from typing import Any
 from rich.console import Console
 
 from tally.core.dynamodb import deserialize, serialize
-from tally.local import inbox, runner, tables
+from tally.local import inbox, runner, stack_record, tables
 from tally.local import stack as local_stack
 from tally.local.functions import environ
 from tally.local.pump import Pump
-from tally.local.stack import LocalStack
+from tally.local.stack_record import LocalStack
 from tally.rules import DEFAULT_RULES_FILE, RuleSet, load_rules
 from tally.writers import SequenceAllocator, TallyWriter
 
@@ -61,7 +61,7 @@ def run_demo(state_dir: Path, keep: bool = False) -> int:
     stack = local_stack.up(state_dir, prefix=DEMO_PREFIX)
     try:
         # The demo's app is the example's: its rules, whatever RULES_FILE says.
-        with environ(local_stack.env(stack) | {"RULES_FILE": str(DEFAULT_RULES_FILE)}):
+        with environ(stack_record.env(stack) | {"RULES_FILE": str(DEFAULT_RULES_FILE)}):
             return _demo(stack, state_dir, started)
     finally:
         if keep:
@@ -72,7 +72,7 @@ def run_demo(state_dir: Path, keep: bool = False) -> int:
 
 
 def _demo(stack: LocalStack, state_dir: Path, started: float) -> int:
-    rules = load_rules(local_stack.env(stack)["RULES_FILE"])
+    rules = load_rules(stack_record.env(stack)["RULES_FILE"])
     ddb = stack.client("dynamodb")
     table = stack.names()["Table"]
     writer = TallyWriter(ddb, table, rules)
@@ -265,7 +265,7 @@ def _final_audit() -> Any:
 
 
 def _inbox(stack: LocalStack, state_dir: Path) -> list[dict[str, Any]]:
-    return inbox.collect(stack.client("sqs"), local_stack.env(stack)["ALERT_INBOX_URL"], state_dir)
+    return inbox.collect(stack.client("sqs"), stack_record.env(stack)["ALERT_INBOX_URL"], state_dir)
 
 
 def _summary(faults: list[Fault]) -> Any:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tally.local.pump import Scheduled
+from tally.local.recheck_schedule import Scheduled
 
 
 @dataclass

@@ -12,13 +12,15 @@ from typing import Any, TextIO
 from aws_lambda_powertools import Logger
 
 from tally.core.streams import StreamReader, stream_arn
-from tally.local import stack as local_stack
+from tally.local import stack_record
 from tally.local.checkpoint import Checkpoint
 from tally.local.functions import cold_start, environment, function, variables
-from tally.local.pump import CARRY_SECONDS, MappingSettings, Pump, RecheckSchedule, Say
+from tally.local.pump import CARRY_SECONDS, Pump, Say
+from tally.local.recheck_schedule import RecheckSchedule
 from tally.local.sqs_trigger import Invoke
-from tally.local.stack import LocalStack
+from tally.local.stack_record import LocalStack
 from tally.local.state import CHECKPOINT_FILE, FUNCTION_LOG
+from tally.local.stream_trigger import MappingSettings
 from tally.local.template import load_template, template_path
 from tally.rules import load_rules
 
@@ -57,7 +59,7 @@ def invoker(
     spec = function(template, logical_id)
     values = (
         environment(template, logical_id, stack.names())
-        | local_stack.env(stack)
+        | stack_record.env(stack)
         | LOCAL_ENVIRONMENT
     )
     if rules_file is not None:
@@ -106,7 +108,7 @@ def pump(
     template = load_template(template_path())
     # The rules the functions will load, validated before the first record is read: a broken
     # rules file is the pump's own fault, never a batch's to send to the on-failure queue.
-    load_rules(rules_file or local_stack.env(stack)["RULES_FILE"])
+    load_rules(rules_file or stack_record.env(stack)["RULES_FILE"])
     settings = MappingSettings.from_template(template, parallelization=parallelization)
     schedule = RecheckSchedule()
     carry = environment(template, "ReconcilerFunction", stack.names()).get("CARRY_SECONDS")

@@ -12,15 +12,10 @@ from typing import Any
 
 from tally.core.dynamodb import deserialize
 from tally.rules.key_patterns import key_text
-from tally.rules.model import (
-    AnyRule,
-    IndexMembers,
-    RuleSet,
-    SequenceRule,
-    SumRule,
-    TableKeys,
-    TallyRule,
-)
+from tally.rules.rule_set import AnyRule, RuleSet
+from tally.rules.sequence_rules import IndexMembers, SequenceRule
+from tally.rules.table_keys import TableKeys
+from tally.rules.tally_rules import SumRule, TallyRule
 
 STREAM_VIEW = "NEW_AND_OLD_IMAGES"
 

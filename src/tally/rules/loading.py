@@ -11,7 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tally.rules.model import PK_SK, RulesDocument, RuleSet, TableKeys
+from tally.rules.rule_set import RulesDocument, RuleSet
+from tally.rules.table_keys import PK_SK, TableKeys
 from tally.rules.validation import describe, structural_problems
 
 DEFAULT_RULES_FILE = Path(__file__).resolve().parents[2] / "rules.toml"

@@ -13,7 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 from tally.rules.key_patterns import Pattern
-from tally.rules.model import RuleSet, TallyRule
+from tally.rules.rule_set import RuleSet
+from tally.rules.tally_rules import TallyRule
 
 _EVERYTHING: list[Any] = [{"exists": True}]
 

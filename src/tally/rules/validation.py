@@ -10,20 +10,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tally.rules.model import (
-    MAX_NAME_LENGTH,
-    AnyRule,
+from tally.rules.rule_base import MAX_NAME_LENGTH
+from tally.rules.rule_set import AnyRule, RuleSet
+from tally.rules.sequence_rules import (
     AttributeMembers,
     CollectionMembers,
     IndexMembers,
-    KeyPattern,
     PartitionMembers,
-    RuleSet,
     SequenceRule,
-    SumRule,
-    TableKeys,
-    TallyRule,
 )
+from tally.rules.table_keys import KeyPattern, TableKeys
+from tally.rules.tally_rules import SumRule, TallyRule
 
 
 def _overlap(a: KeyPattern, b: KeyPattern) -> bool:

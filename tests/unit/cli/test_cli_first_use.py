@@ -11,6 +11,7 @@ import pytest
 from tally.cli import app as cli
 from tally.cli import local_commands
 from tally.local import stack as local_stack
+from tally.local.stack_record import LocalStackError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "adopting"
 ROOT_TEMPLATE = Path(__file__).resolve().parents[3] / "template.yaml"
@@ -41,7 +42,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     def up(state_dir: Path, **kwargs: Any) -> Any:
         asked.update(kwargs)
-        raise local_stack.LocalStackError("not started in this test")
+        raise LocalStackError("not started in this test")
 
     monkeypatch.setattr(local_stack, "up", up)
     return asked

@@ -17,6 +17,7 @@ from tally.cli import console, targets
 from tally.cli.options import segment_count
 from tally.local import demo, dynamodb_local
 from tally.local import stack as local_stack
+from tally.local.stack_record import LocalStackError
 from tally.local.template import template_path
 
 EVENT = str(template_path().parent / "events" / "ReconcilerFunction" / "like_added.json")
@@ -296,7 +297,7 @@ def harmless(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing the fuzz runs may start processes, download, or reach AWS."""
 
     def no_ports(*_: Any, **__: Any) -> int:
-        raise local_stack.LocalStackError("(the fuzz starts no local stack)")
+        raise LocalStackError("(the fuzz starts no local stack)")
 
     def no_stack(name: str) -> dict[str, str]:
         raise console.Failure(f"(the fuzz reaches no stack {name[:20]!r})")

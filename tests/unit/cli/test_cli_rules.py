@@ -15,7 +15,7 @@ from moto import mock_aws
 from tally.cli import app as cli
 from tally.cli import targets
 from tally.core.dynamodb import serialize
-from tally.local.stack import LocalStack
+from tally.local.stack_record import LocalStack
 from tally.local.template import create_table_from, create_table_kwargs, load_template
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.rules.stream_filter import filter_json

@@ -76,6 +76,7 @@ def test_local_up_says_what_it_starts_before_starting_it(
 ) -> None:
     from tally.cli import app as cli
     from tally.local import stack as local_stack
+    from tally.local.stack_record import LocalStackError
 
     monkeypatch.setenv("TALLY_STATE_DIR", str(tmp_path / "state"))
     said: list[str] = []
@@ -83,7 +84,7 @@ def test_local_up_says_what_it_starts_before_starting_it(
     def up(state_dir: Path, *, starting: Callable[[], None], **kwargs: object) -> object:
         starting()  # what up() calls once all is checked, before anything starts
         said.append(capsys.readouterr().err)
-        raise local_stack.LocalStackError("not started in this test")
+        raise LocalStackError("not started in this test")
 
     monkeypatch.setattr(local_stack, "up", up)
     assert cli.main(["local", "up"]) == 1

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tally.local.stack import LocalStackError, counted_table
+from tally.local.stack_record import LocalStackError
+from tally.local.stack_resources import counted_table
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "adopting"
 SOCIAL_RULES = EXAMPLES / "social" / "rules.toml"

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.local.invocation import read, summary
-from tally.local.pump import Scheduled
+from tally.local.recheck_schedule import Scheduled
 
 NOW = 1_795_680_000.0  # 2026-11-26 08:00:00 UTC
 

@@ -11,7 +11,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tally.local.stack import LocalStackError, counted_table
+from tally.local.stack_record import LocalStackError
+from tally.local.stack_resources import counted_table
 from tally.local.template import (
     create_table_from,
     create_table_kwargs,

@@ -18,7 +18,7 @@ import pytest
 
 from tally.core.settings import Settings
 from tally.local.functions import Function, code_root, environment, function, functions
-from tally.local.stack import LocalStack, sam_env
+from tally.local.stack_record import LocalStack, sam_env
 from tally.local.state import SAM_ENV_FILE, STATE_DIR_NAME
 from tally.local.template import load_template, template_path
 from tally.rules import (
