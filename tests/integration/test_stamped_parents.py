@@ -71,6 +71,18 @@ def settle(followers: Followers, batch_size: int) -> list[dict[str, Any]]:
     raise AssertionError("the rechecks never went quiet")
 
 
+def deliver_all_but(followers: Followers, pk: str) -> list[dict[str, Any]]:
+    """Split shards, one lagging: every record delivered (one a batch) but the one of the
+    item at ``pk``, which is returned, held back."""
+    records = followers.stack.records()
+    held = [r for r in records if r["dynamodb"]["Keys"]["PK"]["S"] == pk]
+    assert len(held) == 1
+    for record in records:
+        if record not in held:
+            followers.stack.deliver([record])
+    return held
+
+
 def rogue_add(followers: Followers, key: dict[str, str], attribute: str, delta: int) -> None:
     followers.stack.dynamodb.update_item(
         TableName=followers.stack.table,
@@ -239,12 +251,7 @@ def test_a_change_whose_child_the_window_has_not_seen_is_waited_for_not_judged(
     follow(write, "eve", "ann")
     follow(write, "fay", "ann")
     stamped.lag.hidden = [edge_key(u, "ann") for u in ("eve", "fay")]
-    records = stamped.stack.records()
-    held = [r for r in records if r["dynamodb"]["Keys"]["PK"]["S"] == "USER#eve"]
-    assert len(held) == 1
-    for record in records:
-        if record not in held:
-            stamped.stack.deliver([record])
+    held = deliver_all_but(stamped, "USER#eve")
     for _ in range(3):
         assert look(stamped) == []
     assert stamped.stack.audit.repairs() == []
@@ -341,12 +348,7 @@ def test_a_writers_join_pushed_out_of_the_stamps_is_not_judged_short_on_one_look
     for n in range(8):
         follow(write, f"u{n}", "ann")
     stamped.lag.hidden = [edge_key("eve", "ann")]
-    records = stamped.stack.records()
-    held = [r for r in records if r["dynamodb"]["Keys"]["PK"]["S"] == "USER#eve"]
-    assert len(held) == 1
-    for record in records:
-        if record not in held:
-            stamped.stack.deliver([record])
+    held = deliver_all_but(stamped, "USER#eve")
     assert look(stamped) == []
     assert stamped.stack.audit.repairs() == []
     stamped.stack.deliver(held)
