@@ -93,7 +93,6 @@ def make_pump(
     checkpoint: Checkpoint | None = None,
     say: Callable[[str], None] | None = None,
     rechecks_beside: bool = False,
-    recheck_lanes: int = 1,
     **settings: Any,
 ) -> Pump:
     streams = boto3.client("dynamodbstreams", **local_client_kwargs(endpoint))
@@ -118,39 +117,7 @@ def make_pump(
         say,
         checkpoint,
         rechecks_beside=rechecks_beside,
-        recheck_lanes=recheck_lanes,
     )
-
-
-class Meeting:
-    """Handlers that each wait for the others: only ``n`` invocations running at once get
-    past the barrier (15 s at most); ``finished`` once ``n`` have met."""
-
-    def __init__(self, n: int):
-        self.n, self.barrier = n, threading.Barrier(n, timeout=15)
-        self.met: list[str] = []
-        self.finished = threading.Event()
-        self._lock = threading.Lock()
-
-    def meet(self, *names: str) -> dict[str, Any]:
-        self.barrier.wait()
-        with self._lock:
-            self.met.extend(names)
-            if len(self.met) >= self.n:
-                self.finished.set()
-        return {"batchItemFailures": []}
-
-
-def serve_until(pump: Pump, finished: threading.Event) -> None:
-    """Run the pump with its lanes until ``finished`` (40 s at most), then stop it."""
-    running = threading.Thread(target=pump.forever)
-    running.start()
-    try:
-        finished.wait(timeout=40)
-    finally:
-        pump.stop(signal.SIGINT)
-        running.join(timeout=60)
-    assert not running.is_alive()
 
 
 def write(dynamodb: Any, table: str, count: int) -> list[str]:
@@ -674,49 +641,37 @@ def test_asked_to_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
     sqs, recheck, _ = queues
     write(dynamodb, table_name, 1)
     sqs.send_message(QueueUrl=recheck, MessageBody='{"due": true}')
-    both = Meeting(2)
+    # Each handler waits for the other: only both running at once get past the barrier.
+    both = threading.Barrier(2, timeout=15)
+    met: list[str] = []
+    finished = threading.Event()
+
+    def meet(name: str) -> dict[str, Any]:
+        both.wait()
+        met.append(name)
+        if len(met) == 2:
+            finished.set()
+        return {"batchItemFailures": []}
+
     pump = make_pump(
         dynamodb,
         dynamodb_endpoint,
         table_name,
         queues,
-        lambda event: both.meet("stream"),  # type: ignore[arg-type]
-        recheck_handler=lambda event: both.meet("recheck"),
+        lambda event: meet("stream"),  # type: ignore[arg-type]
+        recheck_handler=lambda event: meet("recheck"),
         rechecks_beside=True,
     )
-    serve_until(pump, both.finished)
-    assert sorted(both.met) == ["recheck", "stream"]
+    running = threading.Thread(target=pump.forever)
+    running.start()
+    try:
+        finished.wait(timeout=40)
+    finally:
+        pump.stop(signal.SIGINT)
+        running.join(timeout=60)
+    assert not running.is_alive()
+    assert sorted(met) == ["recheck", "stream"]
     assert pump.report.records == 1 and pump.report.rechecks == 1
-
-
-def test_rechecks_run_in_as_many_lanes_at_once_as_told_as_lambda_polls_a_queue(
-    dynamodb: Any,
-    dynamodb_endpoint: str,
-    table_name: str,
-    queues: tuple[Any, str, str],
-) -> None:
-    """Three recheck lanes: three batches of one recheck each are handled at once (each
-    handler waits for the other two), and every recheck is handled once."""
-    sqs, recheck, _ = queues
-    for n in range(3):
-        sqs.send_message(QueueUrl=recheck, MessageBody=f'{{"n": {n}}}')
-    together = Meeting(3)
-    pump = make_pump(
-        dynamodb,
-        dynamodb_endpoint,
-        table_name,
-        queues,
-        Handler(),
-        recheck_handler=lambda event: together.meet(*(r["body"] for r in event["Records"])),
-        rechecks_beside=True,
-        recheck_lanes=3,
-    )
-    pump.rechecks.batch_size = 1
-    serve_until(pump, together.finished)
-    assert sorted(together.met) == ['{"n": 0}', '{"n": 1}', '{"n": 2}']
-    assert pump.report.rechecks == 3
-    with pytest.raises(ValueError, match="recheck_lanes"):
-        make_pump(dynamodb, dynamodb_endpoint, table_name, queues, Handler(), recheck_lanes=0)
 
 
 class FullDisk(Checkpoint):
@@ -760,4 +715,4 @@ def test_an_error_that_ends_one_lane_stops_both_and_is_raised(
         pytest.fail("the pump went on with one lane after the other failed")
     assert [type(e) for e in raised] == [OSError]
     # The recheck lane ended before forever() raised: nothing serves the queue unseen.
-    assert not [t for t in threading.enumerate() if t.name.startswith("pump-rechecks")]
+    assert not [t for t in threading.enumerate() if t.name == "pump-rechecks"]

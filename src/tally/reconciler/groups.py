@@ -63,9 +63,8 @@ class GroupVerifier:
             done.append(Outcome.LEFT)
             self._sequences.verify_group(rule, group)
             return
-        left = self._counts.left_to_recheck(rule, group)
-        if left is not None:
-            done.append(left)
+        if self._counts.left_to_recheck(rule, group):
+            done.append(Outcome.LEFT)
             return
         first = None
         if group.carriable and self.carrying:
