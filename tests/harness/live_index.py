@@ -66,7 +66,9 @@ from tally.local.pump import Pump
 from tally.local.stream_trigger import MappingSettings
 from tally.local.template import create_table_from, load_template, template_path
 from tally.reconciler import runtime
+from tally.reconciler.audit_recent import PREFIX as RECENT_PREFIX
 from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.audit_table import key_json, parent_pk
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.harness.index_application import (
@@ -106,11 +108,17 @@ QUIET = BROKEN_QUIETLY + list(MOVED_TO.values())
 # on, and repaired by its offset (HOT_OFFSETS, before - after; one repair may mend both).
 HOT = "USER#h00"
 HOT_PAUSE = 0.25
+# Each hot write waits, after its pause, until the window notes the one before it, at most
+# this long: a look proves a moving parent only when the stream has brought every change of it
+# but the newest (docs/verification.md, "Parents that never rest", Limits). Lambda reads each
+# shard in a process of its own; the local pump shares this one with every writer thread of
+# the harness, and on a busy machine falls behind a writer that never waits for it.
+HOT_NOTED_SECONDS = 20.0
 HOT_FAULTS_AFTER = (12, 40)  # the hot writer's writes before each fault
 HOT_OFFSETS = [5, -1]
 # How long the hot followee's writes go on after the application's, at most, waiting for its
 # faults' alerts (a busy machine's single recheck lane may take a while to come to them).
-HOT_SECONDS = 120.0
+HOT_SECONDS = 180.0
 GSI1, BY_PRODUCT = "GSI1", "ByProduct"
 # How long the live pump goes on after the writes, waiting for every fault's alert.
 ALERT_SECONDS = 30.0
@@ -401,6 +409,7 @@ class LiveIndexRun:
         self.hot_edges: dict[str, str | None] = {}
         self.hot_writes = 0
         self.hot_stopped = float("inf")
+        self.hot_waited = 0.0  # how long the hot writes waited for the window, in all
         self.written = threading.Event()
         self.phases: dict[str, float] = {}  # when each phase of the run ended
         self.invocations: dict[str, list[tuple[float, float, int]]] = {}
@@ -517,6 +526,8 @@ class LiveIndexRun:
             "max_write_seconds": round(self.index.max_write_seconds, 2),
             "max_round_gap": round(self.index.max_gap, 2),
             "queries_redirected": self.index.redirected,
+            "hot_writes": self.hot_writes,
+            "hot_waited_for_window": round(self.hot_waited, 2),
             "aggregator_batches": self.aggregator.batches,
             "phases": {k: round(v - self.phases["set up"], 2) for k, v in self.phases.items()},
             "invocations": {
@@ -639,7 +650,10 @@ class LiveIndexRun:
         writer = TallyWriter(db, table, load_rules(RULES_FILE))
         following: list[dict[str, str]] = []
         deadline = float("inf")
+        last: tuple[dict[str, str], bool] | None = None
         while True:
+            if last is not None:
+                self.await_noted(*last)
             if self.written.is_set() and deadline == float("inf"):
                 deadline = time.monotonic() + HOT_SECONDS
             if self.written.is_set() and (
@@ -650,12 +664,14 @@ class LiveIndexRun:
                 key = following.pop(rng.randrange(len(following)))
                 assert writer.remove_child(key).outcome == "removed"
                 self.hot_edges[f"{key['pk']}/{key['sk']}"] = None
+                last = (key, False)
             else:
                 key = {"pk": f"USER#hf{self.hot_writes:04d}", "sk": "FOLLOWS#0"}
                 status = {"GSI1PK": HOT, "GSI1SK": f"{FOLLOWING}hot"}
                 assert writer.add_child(key, status).outcome == "created"
                 following.append(key)
                 self.hot_edges[f"{key['pk']}/{key['sk']}"] = HOT
+                last = (key, True)
             self.hot_writes += 1
             if self.hot_writes == HOT_FAULTS_AFTER[0]:
                 db.update_item(
@@ -671,6 +687,24 @@ class LiveIndexRun:
                 self.faulted(HOT, "hot/edge-without-counter")
             time.sleep(HOT_PAUSE)
         self.hot_stopped = time.time()
+
+    def await_noted(self, child: dict[str, str], counted: bool) -> None:
+        """Wait until the stream's window notes ``child`` under ``HOT`` as ``counted`` (one
+        consistent GetItem of its note in the audit table, every 50 ms), at most
+        ``HOT_NOTED_SECONDS``: how a writer paced by the reconciler's iterator age writes."""
+        started = time.monotonic()
+        key = {
+            "PK": parent_pk("followers", {"pk": HOT, "sk": PROFILE}),
+            "SK": f"{RECENT_PREFIX}{key_json(child)}",
+        }
+        while time.monotonic() - started < HOT_NOTED_SECONDS:
+            note = self.stack.dynamodb.get_item(
+                TableName=self.stack.audit_table, Key=serialize(key), ConsistentRead=True
+            ).get("Item")
+            if note is not None and deserialize(note).get("counted") is counted:
+                break
+            time.sleep(0.05)
+        self.hot_waited += time.monotonic() - started
 
     def hot_alerted(self, subscriber: Subscriber) -> bool:
         """Has every fault on ``HOT`` been alerted after it?"""
