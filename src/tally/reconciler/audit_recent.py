@@ -20,6 +20,8 @@ PREFIX = "RECENT#"
 MAX_PARTITION_KEY, MAX_SORT_KEY = 2048, 1024
 # Sequence numbers are decimal strings of up to 40 digits: zero-padded, they compare as text.
 SEQUENCE_DIGITS = 48
+# A note's attributes its record may lack (a put would drop them; an update removes them).
+OPTIONAL = ("counted", "amount", "tokens")
 
 
 class AuditRecentChildren(AuditTable):
@@ -56,12 +58,30 @@ class AuditRecentChildren(AuditTable):
             self._note(item)
 
     def _note(self, item: dict[str, Any]) -> None:
+        """Put the note over an older one, keeping that one's tokens as ``prior``: a record
+        that brings an old token back (an item written back as it stood) must not hide the
+        change before it from a look (each token a note holds was shown by a record no later
+        than its own: docs/verification.md, "Parents that never rest")."""
+        key = {"PK": item.pop("PK"), "SK": item.pop("SK")}
+        names, values, sets, removes = {}, {":seq": item["seq"], ":none": ""}, [], []
+        for n, name in enumerate(("child", "seq", "at", "expiresAt", *OPTIONAL)):
+            names[f"#n{n}"] = name
+            if name in item:
+                values[f":v{n}"] = item[name]
+                sets.append(f"#n{n} = :v{n}")
+            else:
+                removes.append(f"#n{n}")
+        names["#prior"], names["#tokens"] = "prior", "tokens"
+        sets.append("#prior = if_not_exists(#tokens, :none)")
+        expression = f"SET {', '.join(sets)}" + (f" REMOVE {', '.join(removes)}" if removes else "")
         conditional(
-            lambda: self.client.put_item(
+            lambda: self.client.update_item(
                 TableName=self.table_name,
-                Item=serialize(item),
+                Key=serialize(key),
+                UpdateExpression=expression,
                 ConditionExpression="attribute_not_exists(SK) OR seq <= :seq",
-                ExpressionAttributeValues=serialize({":seq": item["seq"]}),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=serialize(values),
                 ReturnConsumedCapacity="TOTAL",
             )
         )
@@ -93,12 +113,18 @@ class AuditRecentChildren(AuditTable):
                         item.get("counted"),
                         item.get("amount"),
                         float(item["at"]),
-                        tuple(sorted(str(t) for t in item.get("tokens", ()))),
+                        _tokens(item),
                     )
                 )
             if "LastEvaluatedKey" not in response:
                 return notes
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _tokens(item: Mapping[str, Any]) -> tuple[str, ...]:
+    """The tokens a note's record showed, with those of the note it replaced (``prior``)."""
+    held = [item.get(name) for name in ("tokens", "prior")]
+    return tuple(sorted({str(t) for h in held if isinstance(h, set | frozenset) for t in h}))
 
 
 def _notes_pk(rule: str, parent: Mapping[str, str]) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from tally.reconciler.findings import Evidence, timestamp
 from tally.reconciler.protocol.balance import counts_balance, numbers_balance
-from tally.reconciler.protocol.window import Noted, key_id
+from tally.reconciler.protocol.window import KeyId, Noted, key_id
 from tally.rules import AnyRule, Key, Match, SequenceRule
 
 
@@ -87,6 +87,12 @@ class Group:
     # left them, in stream order (a look counts them so, not as the index shows them, for
     # the rule's window).
     indexed_children: list[Noted] = field(default_factory=list)
+    # Children found through an index whose writers stamp (``through.stamp``): per child (by
+    # key), the mark of its key and the stamp each of its records here expects on the parent
+    # (``protocol.stamps.expected_stamp``: None where no writer's change shows so); and
+    # whether a counter change here was not a writer's own (``writers_parent_change``).
+    stamped_children: dict[KeyId, tuple[str, list[str | None]]] = field(default_factory=dict)
+    unstamped_change: bool = False
 
     @property
     def first_seen(self) -> str | None:
@@ -105,6 +111,20 @@ class Group:
                 and numbers_balance(self.handed_out, self.inserted)
             )
         return counts_balance(self.counter_delta, self.child_delta)
+
+    @property
+    def may_attest(self) -> bool:
+        """Every change here may be a stamped writer's own: no counter change of another's,
+        nothing unreadable, invalid, expired or removed with the parent. Attested when the
+        parent's stamps agree (``protocol.stamps.attested``)."""
+        return not (
+            self.unstamped_change
+            or self.invalid
+            or self.parent_removed
+            or self.unreadable
+            or self.ttl_removed
+            or self.expiries
+        )
 
     @property
     def carriable(self) -> bool:

@@ -96,19 +96,27 @@ class Counts:
             return True, state  # orphans or a broken counter: the recount reports it now
         return counter <= SMALL_PARENT, state
 
-    def left_to_recheck(self, rule: TallyRule, group: Group) -> bool:
+    def left_to_recheck(self, rule: TallyRule, group: Group) -> Outcome | None:
         """A counter an aggregator keeps, or children found through an index: not judged on
-        its batch; its recheck is scheduled. False: the group is judged now."""
+        its batch; its recheck is scheduled (``Outcome.LEFT``), unless every change is a
+        stamped writer's own (``Outcome.PROVED``). None: the group is judged now."""
         if rule.lag_seconds is not None:
             # The aggregator may still be adding this batch's deltas.
             self._followups.schedule(rule, group.parent_key, 0, "aggregated counter unbalanced")
-            return True
+            return Outcome.LEFT
         if rule.through is None:
-            return False
+            return None
         # Child and counter sit in different item collections, on shards with no order
         # between them: no carry. The index may not show this batch's writes yet.
         reason = "children found through an index unbalanced"
         delay, state = rule.through.grace_seconds, group.parent_state
+        if rule.through.stamp is not None and group.may_attest:
+            changes = group.stamped_children.values()
+            parent = self._table.read_parent(rule, group.parent_key) if changes else None
+            if stamps.attested(parent.stamps if parent else (), changes):
+                return Outcome.PROVED  # docs/verification.md, "Changes that attest themselves"
+            if parent is not None:
+                state = _state(rule, parent)  # read consistently: the look's reference
         if state is None and rule.revision is not None:
             # A batch of children only: the parent as it stands, so that a look a grace later
             # may judge it if it held still. An eventually consistent read may answer an
@@ -118,7 +126,7 @@ class Counts:
             parent = self._table.read_parent(rule, group.parent_key, consistent=False)
             state = _state(rule, parent)
         self._followups.schedule(rule, group.parent_key, 0, reason, delay=delay, reference=state)
-        return True
+        return Outcome.LEFT
 
     def verify(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
         """Recount one parent outside a batch (a recheck ``sent`` to it, or the full audit): a

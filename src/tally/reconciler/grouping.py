@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from tally.core.numbers import add, subtract
+from tally.core.stamps import key_mark
 from tally.reconciler.changes import (
     Batch,
     Claim,
@@ -167,6 +168,8 @@ def _fold_parent(group: Group, seen: _Seen) -> None:
         return
     if before == after:
         return  # the counter did not move: nothing to balance
+    if not _writers_parent_change(rule, old, new):
+        group.unstamped_change = True
     group.evidence.append(evidence)
     if not valid_counter(rule, after, absent=MISSING):
         group.invalid.append(Invalid(keys, rule.counter, shown(after), evidence))
@@ -232,6 +235,7 @@ def _fold_child(group: Group, seen: _Seen, *, by_image: bool = False) -> None:
         tokens = _tokens(rule, old, new)
         noted = Noted(keys, sequence_number, bool(new), summed, _at(at), tokens)
         group.indexed_children.append(noted)
+        _expect_stamp(group, record, keys, joins=bool(new))
     if delta == 0:
         return
     evidence = Evidence(sequence_number, event, keys, at=at)
@@ -254,6 +258,39 @@ def _tokens(rule: AnyRule, old: Mapping[str, Any], new: Mapping[str, Any]) -> tu
         return ()
     token, old_token = (attr(image, stamp) if image else None for image in (new, old))
     return stamps.shown_by(token, bool(new), old_token)
+
+
+def _writers_parent_change(rule: AnyRule, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A parent record a stamped writer made (``protocol.stamps.writers_parent_change``)."""
+    through = rule.through if isinstance(rule, TallyRule) else None
+    if through is None or through.stamp_total is None:
+        return False
+    values = [
+        tuple(None if (v := attr(image, name)) is MISSING else v for image in (old, new))
+        for name in (rule.counter, through.stamp_total, rule.revision or "")
+    ]
+    places = [
+        tuple("" if (v := attr(image, name)) is MISSING else v for name in through.stamps)
+        for image in (old, new)
+    ]
+    counters, totals, revisions = (cast(tuple[Any, Any], v) for v in values)
+    return stamps.writers_parent_change(counters, totals, revisions, (places[0], places[1]))
+
+
+def _expect_stamp(group: Group, record: Mapping[str, Any], keys: Key, *, joins: bool) -> None:
+    """What this child record expects on the group's parent, if a stamped writer made it:
+    read from the record's own images (the group's may hide one that names another parent)."""
+    rule = group.rule
+    stamp = rule.through.stamp if isinstance(rule, TallyRule) and rule.through else None
+    if stamp is None:
+        return
+    stream = record["dynamodb"]
+    new, old = (attr(stream.get(name) or {}, stamp) for name in ("NewImage", "OldImage"))
+    expected = stamps.expected_stamp(new, old, joins)
+    mark = key_mark(keys)
+    if expected is not None and stamps.stamp_mark(expected) != mark:
+        expected = None  # a token another child's key made: copied, not written
+    group.stamped_children.setdefault(key_id(keys), (mark, []))[1].append(expected)
 
 
 def _at(at: Any) -> float:

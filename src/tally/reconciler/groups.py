@@ -63,8 +63,9 @@ class GroupVerifier:
             done.append(Outcome.LEFT)
             self._sequences.verify_group(rule, group)
             return
-        if self._counts.left_to_recheck(rule, group):
-            done.append(Outcome.LEFT)
+        left = self._counts.left_to_recheck(rule, group)
+        if left is not None:
+            done.append(left)
             return
         first = None
         if group.carriable and self.carrying:

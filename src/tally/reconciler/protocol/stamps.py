@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally.core.numbers import subtract
-from tally.core.stamps import child_mark, is_token, made_at, removed
+from tally.core.stamps import UNKNOWN, child_mark, is_token, made_at, removed
 from tally.reconciler.protocol import lifecycle
 from tally.reconciler.protocol.window import Noted
 
@@ -73,6 +73,70 @@ def offset_of(counter: Any, total: Any) -> Decimal | None:
         return subtract(values[0], values[1])
     except ArithmeticError:
         return None
+
+
+def stamp_mark(stamp: Any) -> str | None:
+    """The mark of the child's key a parent's stamp tells of: a token, a removal, or the
+    fresh token of a child no writer had stamped (``?``); None for anything else."""
+    if isinstance(stamp, str) and stamp.startswith(UNKNOWN):
+        stamp = stamp[len(UNKNOWN) :]
+    return child_mark(stamp)
+
+
+def writers_parent_change(
+    counters: tuple[Any, Any],
+    totals: tuple[Any, Any],
+    revisions: tuple[Any, Any],
+    stamps: tuple[Sequence[Any], Sequence[Any]],
+) -> bool:
+    """A parent's record (old and new values) shows a stamped writer's own change: its
+    counter moved by as much as the writers' total (the offset held), its revision by one,
+    and its stamps shifted one place down under a new stamp no place held before. Such a
+    change was one transaction with its child's: nothing to look at (absent values read as
+    a writer finds them: 0, and ``""`` for an empty place)."""
+    before, after = (offset_of(c, t) for c, t in zip(counters, totals, strict=True))
+    if before is None or after is None or before != after:
+        return False
+    old_revision = 0 if revisions[0] is None else revision_of(revisions[0])
+    new_revision = revision_of(revisions[1])
+    if old_revision is None or new_revision != old_revision + 1:
+        return False
+    old, new = stamps
+    if not new or len(old) != len(new) or not all(isinstance(s, str) for s in (*old, *new)):
+        return False
+    if stamp_mark(new[0]) is None or new[0] in old:
+        return False
+    return list(new[1:]) == list(old[:-1])
+
+
+def expected_stamp(new: Any, old: Any, joins: bool) -> str | None:
+    """The stamp a writer's change of a child leaves on a parent, as the child's record
+    shows it: the child's new token when it joins the parent or stays and changes (a token
+    it did not hold before), its old token marked when it leaves. None when no writer's
+    change can show so: a token kept, none, or something that is no token."""
+    if joins:
+        fresh = is_token(new) and not new.startswith("-") and new != old
+        return new if fresh else None
+    return removed(old)
+
+
+def attested(stamps: Sequence[Any], changes: Iterable[tuple[str, Sequence[str | None]]]) -> bool:
+    """Every change of a child a batch showed under a parent (per child: the mark of its key
+    and the stamps its records expect, ``expected_stamp``, in stream order) was a stamped
+    writer's, with nothing since: the stamps of that child's mark the parent holds (read
+    consistently after the records), newest first, begin with the expected ones, latest
+    first. A writer stamps every parent a child's images name, so any later writer's change
+    of the child would stand before them; a change no writer made shows no stamp and is
+    looked at on its own record. Two children that share a mark: not attested."""
+    marks: set[str] = set()
+    for mark, expected in changes:
+        if mark in marks or not expected or any(stamp is None for stamp in expected):
+            return False
+        marks.add(mark)
+        held = [stamp for stamp in stamps if stamp_mark(stamp) == mark]
+        if held[: len(expected)] != list(reversed(expected)):
+            return False
+    return True
 
 
 def revision_of(value: Any) -> int | None:
