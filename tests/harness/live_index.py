@@ -446,6 +446,8 @@ class LiveIndexRun:
             settings,
             schedule=watched_schedule(),
             rechecks_beside=True,
+            # Lambda polls a standard queue with five concurrent batches while messages wait.
+            recheck_lanes=5,
         )
 
     # --- the run ------------------------------------------------------------------------

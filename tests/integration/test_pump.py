@@ -93,6 +93,7 @@ def make_pump(
     checkpoint: Checkpoint | None = None,
     say: Callable[[str], None] | None = None,
     rechecks_beside: bool = False,
+    recheck_lanes: int = 1,
     **settings: Any,
 ) -> Pump:
     streams = boto3.client("dynamodbstreams", **local_client_kwargs(endpoint))
@@ -117,6 +118,7 @@ def make_pump(
         say,
         checkpoint,
         rechecks_beside=rechecks_beside,
+        recheck_lanes=recheck_lanes,
     )
 
 
@@ -674,6 +676,53 @@ def test_asked_to_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
     assert pump.report.records == 1 and pump.report.rechecks == 1
 
 
+def test_rechecks_run_in_as_many_lanes_at_once_as_told_as_lambda_polls_a_queue(
+    dynamodb: Any,
+    dynamodb_endpoint: str,
+    table_name: str,
+    queues: tuple[Any, str, str],
+) -> None:
+    """Three recheck lanes: three batches of one recheck each are handled at once (each
+    handler waits for the other two), and every recheck is handled once."""
+    sqs, recheck, _ = queues
+    for n in range(3):
+        sqs.send_message(QueueUrl=recheck, MessageBody=f'{{"n": {n}}}')
+    together = threading.Barrier(3, timeout=15)
+    handled: list[str] = []
+    finished = threading.Event()
+
+    def meet(event: dict[str, Any]) -> dict[str, Any]:
+        together.wait()
+        handled.extend(r["body"] for r in event["Records"])
+        if len(handled) == 3:
+            finished.set()
+        return {"batchItemFailures": []}
+
+    pump = make_pump(
+        dynamodb,
+        dynamodb_endpoint,
+        table_name,
+        queues,
+        Handler(),
+        recheck_handler=meet,
+        rechecks_beside=True,
+        recheck_lanes=3,
+    )
+    pump.rechecks.batch_size = 1
+    running = threading.Thread(target=pump.forever)
+    running.start()
+    try:
+        finished.wait(timeout=40)
+    finally:
+        pump.stop(signal.SIGINT)
+        running.join(timeout=60)
+    assert not running.is_alive()
+    assert sorted(handled) == ['{"n": 0}', '{"n": 1}', '{"n": 2}']
+    assert pump.report.rechecks == 3
+    with pytest.raises(ValueError, match="recheck_lanes"):
+        make_pump(dynamodb, dynamodb_endpoint, table_name, queues, Handler(), recheck_lanes=0)
+
+
 class FullDisk(Checkpoint):
     def save(self, positions: dict[str, str]) -> None:
         raise OSError(28, "No space left on device")
@@ -715,4 +764,4 @@ def test_an_error_that_ends_one_lane_stops_both_and_is_raised(
         pytest.fail("the pump went on with one lane after the other failed")
     assert [type(e) for e in raised] == [OSError]
     # The recheck lane ended before forever() raised: nothing serves the queue unseen.
-    assert not [t for t in threading.enumerate() if t.name == "pump-rechecks"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("pump-rechecks")]

@@ -17,8 +17,6 @@ from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
 from tally.reconciler.rechecks import Recheck, merge_index_looks, mergeable, parse_recheck
 
-processor = BatchProcessor(event_type=EventType.SQS)
-
 
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
@@ -41,6 +39,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
         logger.info("recheck", extra={"rule": recheck.rule, "key": recheck.key})
         reconciler.recheck(recheck)
 
+    # A processor per invocation: it keeps the batch's outcomes, and the local pump may run
+    # several invocations at once in one process (Lambda runs each in its own).
+    processor = BatchProcessor(event_type=EventType.SQS)
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )

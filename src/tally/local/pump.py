@@ -83,11 +83,17 @@ class Pump:
         carry_seconds: float = CARRY_SECONDS,
         schedule: RecheckSchedule | None = None,
         rechecks_beside: bool = False,
+        recheck_lanes: int = 1,
     ):
-        """``rechecks_beside``: while running (``forever``), serve the recheck queue on a
-        thread of its own. Only for invokers whose invocations may overlap, such as the
-        handlers called directly: ``tally pump``'s invokers swap the process's standard
-        output and environment for each invocation, so it serves both in one loop."""
+        """``rechecks_beside``: while running (``forever``), serve the recheck queue on
+        ``recheck_lanes`` threads of its own (Lambda polls a standard queue with five
+        concurrent batches while messages are waiting). Only for invokers whose invocations
+        may overlap, such as the handlers called directly: ``tally pump``'s invokers swap
+        the process's standard output and environment for each invocation, so it serves
+        both in one loop."""
+        if recheck_lanes < 1:
+            raise ValueError(f"recheck_lanes must be at least 1, not {recheck_lanes}")
+        self.recheck_lanes = recheck_lanes
         self.reader = reader
         self.sqs = sqs
         self.rechecks = QueueTrigger(sqs, recheck_queue_url, invoke_recheck)
@@ -172,12 +178,17 @@ class Pump:
         if not self.rechecks_beside:
             self._serve(self.step)
             return
-        lane = threading.Thread(
-            target=self._lane, args=(self._rechecks,), name="pump-rechecks", daemon=True
-        )
-        lane.start()
+        lanes = [
+            threading.Thread(
+                target=self._lane, args=(self._rechecks,), name=f"pump-rechecks-{n}", daemon=True
+            )
+            for n in range(self.recheck_lanes)
+        ]
+        for lane in lanes:
+            lane.start()
         self._lane(self._stream)
-        lane.join()
+        for lane in lanes:
+            lane.join()
         if self._halted is not None:
             raise self._halted
 

@@ -7,6 +7,7 @@ the queue's redrive policy moves it to the dead-letter queue after enough receiv
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,19 +59,24 @@ class QueueTrigger:
         self.batch_size = batch_size
         # Locally shorter than the queue's own timeout, so a failed message returns soon.
         self.visibility_seconds = visibility_seconds
+        # Pollers on several threads take turns at the queue (moto's server fails a receive
+        # that overlaps another: "Set changed size during iteration"); their invocations
+        # overlap, as Lambda's do.
+        self._polling = threading.Lock()
 
     def deliver_batch(self) -> Delivery | None:
         """Receive and deliver one batch; None when no message is due.
 
         SQS errors propagate (the caller waits the outage out); handler errors do not.
         """
-        messages = self.sqs.receive_message(
-            QueueUrl=self.queue_url,
-            MaxNumberOfMessages=self.batch_size,
-            WaitTimeSeconds=0,
-            VisibilityTimeout=self.visibility_seconds,
-            AttributeNames=["All"],
-        ).get("Messages", [])
+        with self._polling:
+            messages = self.sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=self.batch_size,
+                WaitTimeSeconds=0,
+                VisibilityTimeout=self.visibility_seconds,
+                AttributeNames=["All"],
+            ).get("Messages", [])
         if not messages:
             return None
         event = {"Records": [sqs_event_record(m, self.queue_url) for m in messages]}
@@ -82,13 +88,17 @@ class QueueTrigger:
         done = [m for m in messages if m["MessageId"] not in failed]
         if done:
             # One left undeleted by an outage here is delivered again: at least once, as SQS.
-            self.sqs.delete_message_batch(
-                QueueUrl=self.queue_url,
-                Entries=[
-                    {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(done)
-                ],
-            )
+            with self._polling:
+                self._delete(done)
         return Delivery(len(done), len(messages) - len(done))
+
+    def _delete(self, done: list[dict[str, Any]]) -> None:
+        self.sqs.delete_message_batch(
+            QueueUrl=self.queue_url,
+            Entries=[
+                {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(done)
+            ],
+        )
 
     def depth(self) -> QueueDepth:
         """Messages due, delayed and in flight (SQS's approximate counts)."""
