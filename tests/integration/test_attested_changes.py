@@ -13,38 +13,23 @@ and counter then arrive apart, either first).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tally.core.stamps import key_mark
-from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.integration.conftest import Stack
 from tests.integration.test_index_children import GRACE, Followers, index_stack, kinds
+from tests.integration.test_stamped_parents import RULES, edge_key, follow, writer
 from tests.utils import serialize
 
-RULES = Path(__file__).with_name("stamped_index_rules.toml")
 ORDERS = pytest.mark.parametrize("order", ["stream", "parents-first", "children-first"])
 
 
 @pytest.fixture
 def stamped(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[Followers]:
     yield from index_stack(stack, monkeypatch, RULES)
-
-
-def writer(followers: Followers) -> TallyWriter:
-    return TallyWriter(followers.stack.dynamodb, followers.stack.table, load_rules(RULES))
-
-
-def edge_key(follower: str, followee: str) -> dict[str, str]:
-    return {"PK": f"USER#{follower}", "SK": f"FOLLOWS#{followee}"}
-
-
-def follow(write: TallyWriter, follower: str, followee: str) -> None:
-    attributes = {"GSI1PK": f"USER#{followee}", "GSI1SK": "FOLLOWING#2026-11-28"}
-    assert write.add_child(edge_key(follower, followee), attributes).outcome == "created"
 
 
 def deliver(followers: Followers, order: str) -> None:

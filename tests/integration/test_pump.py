@@ -122,6 +122,37 @@ def make_pump(
     )
 
 
+class Meeting:
+    """Handlers that each wait for the others: only ``n`` invocations running at once get
+    past the barrier (15 s at most); ``finished`` once ``n`` have met."""
+
+    def __init__(self, n: int):
+        self.n, self.barrier = n, threading.Barrier(n, timeout=15)
+        self.met: list[str] = []
+        self.finished = threading.Event()
+        self._lock = threading.Lock()
+
+    def meet(self, *names: str) -> dict[str, Any]:
+        self.barrier.wait()
+        with self._lock:
+            self.met.extend(names)
+            if len(self.met) >= self.n:
+                self.finished.set()
+        return {"batchItemFailures": []}
+
+
+def serve_until(pump: Pump, finished: threading.Event) -> None:
+    """Run the pump with its lanes until ``finished`` (40 s at most), then stop it."""
+    running = threading.Thread(target=pump.forever)
+    running.start()
+    try:
+        finished.wait(timeout=40)
+    finally:
+        pump.stop(signal.SIGINT)
+        running.join(timeout=60)
+    assert not running.is_alive()
+
+
 def write(dynamodb: Any, table: str, count: int) -> list[str]:
     keys = [f"ITEM#{n:03d}" for n in range(count)]
     for key in keys:
@@ -643,36 +674,18 @@ def test_asked_to_the_recheck_queue_is_served_beside_a_stream_batch_in_flight(
     sqs, recheck, _ = queues
     write(dynamodb, table_name, 1)
     sqs.send_message(QueueUrl=recheck, MessageBody='{"due": true}')
-    # Each handler waits for the other: only both running at once get past the barrier.
-    both = threading.Barrier(2, timeout=15)
-    met: list[str] = []
-    finished = threading.Event()
-
-    def meet(name: str) -> dict[str, Any]:
-        both.wait()
-        met.append(name)
-        if len(met) == 2:
-            finished.set()
-        return {"batchItemFailures": []}
-
+    both = Meeting(2)
     pump = make_pump(
         dynamodb,
         dynamodb_endpoint,
         table_name,
         queues,
-        lambda event: meet("stream"),  # type: ignore[arg-type]
-        recheck_handler=lambda event: meet("recheck"),
+        lambda event: both.meet("stream"),  # type: ignore[arg-type]
+        recheck_handler=lambda event: both.meet("recheck"),
         rechecks_beside=True,
     )
-    running = threading.Thread(target=pump.forever)
-    running.start()
-    try:
-        finished.wait(timeout=40)
-    finally:
-        pump.stop(signal.SIGINT)
-        running.join(timeout=60)
-    assert not running.is_alive()
-    assert sorted(met) == ["recheck", "stream"]
+    serve_until(pump, both.finished)
+    assert sorted(both.met) == ["recheck", "stream"]
     assert pump.report.records == 1 and pump.report.rechecks == 1
 
 
@@ -687,37 +700,20 @@ def test_rechecks_run_in_as_many_lanes_at_once_as_told_as_lambda_polls_a_queue(
     sqs, recheck, _ = queues
     for n in range(3):
         sqs.send_message(QueueUrl=recheck, MessageBody=f'{{"n": {n}}}')
-    together = threading.Barrier(3, timeout=15)
-    handled: list[str] = []
-    finished = threading.Event()
-
-    def meet(event: dict[str, Any]) -> dict[str, Any]:
-        together.wait()
-        handled.extend(r["body"] for r in event["Records"])
-        if len(handled) == 3:
-            finished.set()
-        return {"batchItemFailures": []}
-
+    together = Meeting(3)
     pump = make_pump(
         dynamodb,
         dynamodb_endpoint,
         table_name,
         queues,
         Handler(),
-        recheck_handler=meet,
+        recheck_handler=lambda event: together.meet(*(r["body"] for r in event["Records"])),
         rechecks_beside=True,
         recheck_lanes=3,
     )
     pump.rechecks.batch_size = 1
-    running = threading.Thread(target=pump.forever)
-    running.start()
-    try:
-        finished.wait(timeout=40)
-    finally:
-        pump.stop(signal.SIGINT)
-        running.join(timeout=60)
-    assert not running.is_alive()
-    assert sorted(handled) == ['{"n": 0}', '{"n": 1}', '{"n": 2}']
+    serve_until(pump, together.finished)
+    assert sorted(together.met) == ['{"n": 0}', '{"n": 1}', '{"n": 2}']
     assert pump.report.rechecks == 3
     with pytest.raises(ValueError, match="recheck_lanes"):
         make_pump(dynamodb, dynamodb_endpoint, table_name, queues, Handler(), recheck_lanes=0)
