@@ -196,6 +196,16 @@ def cost_lines(cost: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def hot_repairs_harmful(repairs: list[Any], offsets: list[int]) -> bool:
+    """The hot followee's applied repairs (each by how much it moved the counter), in the
+    order they were made, against its faults' offsets: one repair may mend several faults
+    at once, but each must mend every fault up to a later one than the repair before (its
+    running total is the faults' running total at a later fault each time)."""
+    faults = list(itertools.accumulate(offsets))
+    places = [faults.index(m) if m in faults else -1 for m in itertools.accumulate(repairs)]
+    return -1 in places or any(later <= earlier for earlier, later in itertools.pairwise(places))
+
+
 def seed_edge_key(followee: str) -> dict[str, Any]:
     """The key of the edge that follows ``followee`` from the set-up (``LiveIndexRun.setup``)."""
     return serialize({"pk": f"USER#seed-{followee[5:]}", "sk": "FOLLOWS#0"})
@@ -907,10 +917,7 @@ class LiveIndexRun:
             for r in sorted(repairs, key=lambda r: str(r.get("at", "")))
             if r["key"].get("pk") == HOT and r["status"] == "applied"
         ]
-        # One repair may mend several faults at once: each must leave the counter off by
-        # none of the faults still to come, that is, mend all faults up to some point.
-        mended = list(itertools.accumulate(hot))
-        if not set(mended) <= set(itertools.accumulate(HOT_OFFSETS)) or sorted(mended) != mended:
+        if hot_repairs_harmful(hot, HOT_OFFSETS):
             outcome.harmful_writes.append(f"repairs of {HOT} by {hot}, faults of {HOT_OFFSETS}")
         for repair in repairs:
             pk = str(repair["key"].get("pk"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.harness.live_index import CartAggregator, rule_of, written_keys
+from tests.harness.live_index import CartAggregator, hot_repairs_harmful, rule_of, written_keys
 from tests.utils import deserialize, stream_record
 
 
@@ -96,3 +96,17 @@ def test_writes_on_the_table_are_found_in_every_write_shape() -> None:
     assert written_keys("TransactWriteItems", transact, "t") == [("USER#f01", "PROFILE")]
     batch = {"RequestItems": {"t": [{"DeleteRequest": {"Key": key}}], "audit": []}}
     assert written_keys("BatchWriteItem", batch, "t") == [("USER#f01", "PROFILE")]
+
+
+def test_repairs_of_the_hot_followee_are_judged_by_the_faults_they_mend_in_order() -> None:
+    """Each applied repair must mend every fault up to a later one than the repair before:
+    +5 then -1 mends the faults 5 and -1 one by one, whatever their sum's sign; one repair
+    of 4 mends both; anything else, or out of order, is harmful."""
+    assert not hot_repairs_harmful([5, -1], [5, -1])
+    assert not hot_repairs_harmful([4], [5, -1])
+    assert not hot_repairs_harmful([5], [5, -1])  # the second fault is not mended: not harm
+    assert not hot_repairs_harmful([], [5, -1])
+    assert hot_repairs_harmful([-1, 5], [5, -1])
+    assert hot_repairs_harmful([4, 1], [5, -1])  # back to a state no fault left
+    assert hot_repairs_harmful([3], [5, -1])
+    assert hot_repairs_harmful([5, 0], [5, -1])  # a repair that mends nothing new
