@@ -261,3 +261,52 @@ def test_a_child_whose_key_is_as_long_as_dynamodb_allows_is_noted_and_judged(
     settle(followers, 100)
     assert kinds(followers.stack.alerts()) == [("drift", "USER#ann", "applied")]
     assert followers.count("ann") == 3
+
+
+def test_a_rogue_delete_that_balances_another_transactions_half_is_found(
+    followers: Followers,
+) -> None:
+    """Lambda's batches end anywhere: an unfollow's edge record ends one batch, its count's
+    opens the next beside a rogue delete of another edge, and that batch balances by chance
+    (-1 and -1). The unfollow's look came between, with the index still showing the deleted
+    edge and no record of its deletion delivered: it found the parent consistent. The
+    balanced batch must not prove itself: its rogue half is looked at."""
+    ann_with_two_followers(followers)
+    followers.unfollow("dan", "ann")
+    followers.stack.delete("USER#eve", "FOLLOWS#ann")
+    followers.lag.stale.append(followers.edge("eve", "ann"))
+    records = followers.stack.records()
+    edge = [r for r in records if r["dynamodb"]["Keys"]["PK"]["S"] == "USER#dan"]
+    rest = [r for r in records if r not in edge]
+    assert len(edge) == 1 and len(rest) == 2
+    followers.stack.deliver(edge)
+    followers.clock.advance(GRACE + 1)
+    assert followers.stack.run_rechecks() == 1  # the unfollow's look: consistent, so far
+    followers.stack.deliver(rest)
+    settle(followers, 100)
+    assert kinds(followers.stack.alerts()) == [("drift", "USER#ann", "applied")]
+    assert followers.count("ann") == 0
+
+
+def test_a_rogue_edge_that_balances_another_follows_count_is_found(followers: Followers) -> None:
+    """The same with a rogue edge put (+1) beside a follow's count (+1) whose edge closed the
+    batch before, the index showing neither new edge: the follow's look found the counter
+    at 3 and three edges (two indexed, one noted), and the balanced batch hid the fourth."""
+    ann_with_two_followers(followers)
+    followers.follow("fay", "ann")
+    followers.stack.put(followers.edge("gus", "ann"))  # no count for it
+    followers.lag.hidden += [
+        {"PK": "USER#fay", "SK": "FOLLOWS#ann"},
+        {"PK": "USER#gus", "SK": "FOLLOWS#ann"},
+    ]
+    records = followers.stack.records()
+    edge = [r for r in records if r["dynamodb"]["Keys"]["PK"]["S"] == "USER#fay"]
+    rest = [r for r in records if r not in edge]
+    assert len(edge) == 1 and len(rest) == 2
+    followers.stack.deliver(edge)
+    followers.clock.advance(GRACE + 1)
+    assert followers.stack.run_rechecks() == 1  # the follow's look: consistent, so far
+    followers.stack.deliver(rest)
+    settle(followers, 100)
+    assert kinds(followers.stack.alerts()) == [("drift", "USER#ann", "applied")]
+    assert followers.count("ann") == 4

@@ -354,3 +354,32 @@ def test_a_writers_join_pushed_out_of_the_stamps_is_not_judged_short_on_one_look
     stamped.stack.deliver(held)
     assert settle(stamped, 1) == []
     assert stamped.count("ann") == 9 and stamped.stack.audit.repairs() == []
+
+
+def test_a_rogue_delete_that_balances_a_stamped_unfollows_count_is_found(
+    stamped: Followers,
+) -> None:
+    """A stamped writer's unfollow, its edge's record in one batch and its count's in the
+    next beside a rogue delete of another edge (-1 and -1: balanced). The unfollow's look
+    came between, the index still showing the deleted edge: consistent so far. The stamps
+    prove the writer's change; the rogue delete is looked at."""
+    write = writer(stamped)
+    stamped.profile("ann")
+    for follower in ("dan", "eve"):
+        follow(write, follower, "ann")
+    settle(stamped, 100)
+    assert write.remove_child(edge_key("dan", "ann")).outcome == "removed"
+    stale = stamped.stack.item("USER#eve", "FOLLOWS#ann")
+    assert stale is not None
+    stamped.stack.delete("USER#eve", "FOLLOWS#ann")
+    stamped.lag.stale.append(stale)
+    records = stamped.stack.records()
+    edge = [r for r in records if r["dynamodb"]["Keys"]["PK"]["S"] == "USER#dan"]
+    rest = [r for r in records if r not in edge]
+    assert len(edge) == 1 and len(rest) == 2
+    stamped.stack.deliver(edge)
+    assert look(stamped) == []  # the unfollow's look: consistent, so far
+    stamped.stack.deliver(rest)
+    alerts = settle(stamped, 100)
+    assert kinds(alerts) == [("drift", "USER#ann", "applied")]
+    assert stamped.count("ann") == 0

@@ -31,7 +31,13 @@ class GroupVerifier:
 
     def proves_itself(self, group: Group) -> bool:
         """Step 1: a balanced batch proves that nothing new drifted: zero reads. One that may
-        hold the other half of an open remainder (its first records) is folded into it."""
+        hold the other half of an open remainder (its first records) is folded into it. One
+        that changed children found through an index is looked at: its balance may pair a
+        rogue change with the other half of a transaction whose look, made before this
+        batch, trusted the window (docs/verification.md, "Children found through an
+        index")."""
+        if group.indexed_children:
+            return False
         return group.balanced and not self._carries.may_be_open(group)
 
     def needs_no_table(self, groups: list[Group]) -> bool:
