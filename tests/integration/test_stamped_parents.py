@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tally.reconciler import runtime
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tally.writers.errors import InvalidRequestError
@@ -383,3 +384,38 @@ def test_a_rogue_delete_that_balances_a_stamped_unfollows_count_is_found(
     alerts = settle(stamped, 100)
     assert kinds(alerts) == [("drift", "USER#ann", "applied")]
     assert stamped.count("ann") == 0
+
+
+@BATCHES
+def test_a_look_whose_parent_moves_during_its_reads_tries_again_at_once(
+    stamped: Followers, batch_size: int
+) -> None:
+    """A writer's follow lands while the look queries the index: the parent moved during
+    the look's reads. The look tries again at once from the parent it read after, and
+    observes the fault there (the new change is the newest, its child read from the
+    table): the second look a grace later confirms it, not a third."""
+    stamped.profile("ann")
+    write = writer(stamped)
+    follow(write, "dan", "ann")
+    follow(write, "eve", "ann")
+    assert settle(stamped, batch_size) == []
+    stamped.stack.put(stamped.edge("fay", "ann"))  # no count for it
+    stamped.lag.hidden.append(edge_key("fay", "ann"))
+    drain(stamped, batch_size)
+    moves = ["gus"]
+
+    def follow_during_the_query(**_: Any) -> None:
+        if moves:
+            follow(write, moves.pop(), "ann")
+
+    client = runtime._clients()[0]
+    client.meta.events.register("after-call.dynamodb.Query", follow_during_the_query)
+    try:
+        assert look(stamped) == []  # the fault observed, at the revision after the follow
+    finally:
+        client.meta.events.unregister("after-call.dynamodb.Query", follow_during_the_query)
+    assert moves == []
+    drain(stamped, batch_size)
+    assert kinds(look(stamped)) == [("drift", "USER#ann", "applied")]
+    assert stamped.count("ann") == 4
+    assert settle(stamped, batch_size) == []

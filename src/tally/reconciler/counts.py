@@ -413,14 +413,23 @@ class Counts:
         observed = sent.observed if sent else None
         looks = sent.looks if sent else 0
         snapshot = None
-        revision = stamps.revision_of(parent.revision)
-        if parent.exists and revision is not None:
+        settle = self._followups.settle
+        for attempt in range(settle.attempts):
+            if attempt:  # it moved during the reads, by the writers' changes or not: again
+                time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
+            revision = stamps.revision_of(parent.revision)
             # A change without a stamp, or more than the stamps keep: nothing is proven here.
-            if stamps.taken_since(since, revision, parent.stamps) is not None:
-                snapshot = self._at_revision(rule, key, parent, since, confirm=False)
+            if not parent.exists or revision is None:
+                break
+            if stamps.taken_since(since, revision, parent.stamps) is None:
+                break
+            snapshot, after = self._at_revision(rule, key, parent, since, confirm=False)
             if snapshot is not None and self.finding_of(rule, key, snapshot, None) is not None:
                 # Off by the index and the notes: every hit and noted child read from the table.
-                snapshot = self._at_revision(rule, key, parent, since, confirm=True)
+                snapshot, after = self._at_revision(rule, key, parent, since, confirm=True)
+            if snapshot is not None or after is None:
+                break  # judged, or not proven (a change still on its way): no use at once
+            parent = after
         if snapshot is None:
             done.append(Outcome.LEFT)
             state = _state(rule, parent)
@@ -462,11 +471,12 @@ class Counts:
         since: stamps.Reference,
         *,
         confirm: bool,
-    ) -> Snapshot | None:
+    ) -> tuple[Snapshot | None, ParentState | None]:
         """The truth at the revision ``parent`` holds, if every change since ``since`` is
         known: nothing moved the counter behind the writers' backs, each stamp's child is in
         the window's notes (read while the parent held), but the newest change's, read from
-        the table. None otherwise, or if the parent moved."""
+        the table. (None, None) when not every change is known; (None, the parent as it
+        was read after) when it moved during the reads."""
         assert rule.through is not None
         recent = self._recent.recent_children(rule.name, key, rule.through.window)
         revision = stamps.revision_of(parent.revision)
@@ -486,12 +496,12 @@ class Counts:
             newest_read=newest is not None,
             young_since=young,
         ):
-            return None
+            return None, None
         tally = self._table.tally_indexed(
             rule, key, parent.counter, confirm=confirm, recent=recent, read=newest
         )
         after = self._table.read_parent(rule, key)
-        return Snapshot(after, tally) if parent.same_as(after) else None
+        return (Snapshot(after, tally), None) if parent.same_as(after) else (None, after)
 
     def _observed_recount(
         self, rule: TallyRule, key: Key, observed: Observed | None, first: ParentState | None = None
