@@ -7,8 +7,6 @@ judged only after its lag, on an offset that held across the lag, and never repa
 
 from __future__ import annotations
 
-import random
-import time
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
@@ -240,7 +238,7 @@ class Counts:
         agreed: Snapshot | None = None
         for attempt in range(settle.attempts):
             if attempt:
-                time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
+                settle.pause(attempt)
             before = first if first and not attempt else self._table.read_parent(rule, key)
             if rule.through is None:
                 tally = self._table.tally_children(rule, key)
@@ -416,12 +414,14 @@ class Counts:
         settle = self._followups.settle
         for attempt in range(settle.attempts):
             if attempt:  # it moved during the reads, by the writers' changes or not: again
-                time.sleep(random.uniform(0, settle.pause_seconds * 2**attempt))
+                settle.pause(attempt)
             revision = stamps.revision_of(parent.revision)
-            # A change without a stamp, or more than the stamps keep: nothing is proven here.
-            if not parent.exists or revision is None:
-                break
-            if stamps.taken_since(since, revision, parent.stamps) is None:
+            # Gone, a change without a stamp, or more than the stamps keep: nothing proven.
+            if (
+                not parent.exists
+                or revision is None
+                or stamps.taken_since(since, revision, parent.stamps) is None
+            ):
                 break
             snapshot, after = self._at_revision(rule, key, parent, since, confirm=False)
             if snapshot is not None and self.finding_of(rule, key, snapshot, None) is not None:

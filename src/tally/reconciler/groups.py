@@ -41,14 +41,11 @@ class GroupVerifier:
         return group.balanced and not self._carries.may_be_open(group)
 
     def needs_no_table(self, groups: list[Group]) -> bool:
-        """A collection whose every group proves itself, with no TTL expiry to apply, no
-        ledger change and no index child to record: verified where it stands, no worker
-        needed."""
+        """A collection whose every group proves itself (none with an index child to
+        record), with no TTL expiry to apply and no ledger change: verified where it stands,
+        no worker needed."""
         return all(
-            not group.expiries
-            and not group.ledger
-            and not group.indexed_children
-            and self.proves_itself(group)
+            not group.expiries and not group.ledger and self.proves_itself(group)
             for group in groups
         )
 

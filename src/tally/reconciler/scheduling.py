@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
 
 from tally.reconciler.audit_watermarks import AuditWatermarks
@@ -29,6 +31,10 @@ class Settle:
     # A parent too busy to hold still is looked at again later, not hammered: a hot parent
     # would otherwise cost a full recount per retry for as long as it stays hot.
     defer_seconds: int = 30
+
+    def pause(self, attempt: int) -> None:
+        """Before another attempt: a random pause, up to twice as long each attempt."""
+        time.sleep(random.uniform(0, self.pause_seconds * 2**attempt))
 
 
 class Scheduler:
