@@ -51,6 +51,22 @@ def _dummy_aws_env() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True)
+def _pending_looks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no looks on their way, known by the clock moto's in-process SQS
+    delays messages by (tests hold and move it): a look counts as pending exactly as long as
+    its message is delayed. moto's server, in a process of its own, keeps real time too."""
+    import moto.sqs.models
+
+    from tally.reconciler import runtime
+    from tally.reconciler.scheduling import PendingLooks
+
+    def sqs_clock() -> float:
+        return float(moto.sqs.models.unix_time_millis()) / 1000
+
+    monkeypatch.setattr(runtime, "_PENDING_LOOKS", PendingLooks(clock=sqs_clock))
+
+
 @pytest.fixture(scope="session")
 def dynamodb_endpoint() -> Iterator[str]:
     """Endpoint from DYNAMODB_ENDPOINT, else one DynamoDB Local for the whole run."""

@@ -158,3 +158,39 @@ def test_a_batch_added_twice_and_a_lost_one_are_drift_a_lag_later_never_repaired
         ("drift", "product#b", 5, 7, "skipped"),
     ]
     assert (shop.total("a"), shop.total("b")) == (8, 5)  # nothing written
+
+
+def test_a_products_changes_before_its_look_comes_due_share_that_look_and_a_fault_among_them_is_found(  # noqa: E501
+    shop: Shop,
+) -> None:
+    shopping(shop)
+    shop.line("cart#1", "a", 3)  # 2 -> 3: the aggregator adds it
+    shop.in_step()
+    assert shop.stack.pending_rechecks() == 1  # a look at product a, a lag from now
+    shop.clock.advance(LAG - 2)  # before that look can have read anything
+    shop.line("cart#2", "a", 5)  # 3 -> 5, never aggregated: drift of -2
+    shop.reconcile(shop.stack.records())
+    shop.line("user#u1", "a", 2)  # 1 -> 2, aggregated
+    shop.in_step()
+    assert shop.stack.pending_rechecks() == 1  # both batches ride on the look on its way
+    shop.settle()
+    found = [(a["kind"], a["key"]["pk"], a["stored"], a["actual"]) for a in shop.stack.alerts()]
+    assert found == [("drift", "product#a", 8, 10)]
+    assert shop.total("a") == 8  # alerted, never written
+
+
+def test_a_change_seen_when_the_look_on_its_way_may_have_begun_sends_a_look_of_its_own(
+    shop: Shop,
+) -> None:
+    shopping(shop)
+    shop.line("cart#1", "b", 6)  # 5 -> 6, aggregated
+    shop.in_step()
+    assert shop.stack.pending_rechecks() == 1
+    shop.clock.advance(LAG)  # the look is due: it may be reading the table now
+    shop.line("cart#4", "b", 1)  # never aggregated: drift of -1
+    shop.reconcile(shop.stack.records())
+    assert shop.stack.pending_rechecks() == 2  # that look may not see it: one of its own
+    assert shop.stack.run_rechecks() == 1  # the first look; the second is not due yet
+    shop.settle()
+    found = [(a["kind"], a["key"]["pk"], a["stored"], a["actual"]) for a in shop.stack.alerts()]
+    assert found == [("drift", "product#b", 6, 7)]

@@ -36,7 +36,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailure
         else:
             # Parsed once; a body that does not parse fails here, naming its field.
             recheck = parsed.get(record.message_id) or parse_recheck(record.body)
-        logger.info("recheck", extra={"rule": recheck.rule, "key": recheck.key})
+        logger.info(
+            "recheck", extra={"rule": recheck.rule, "key": recheck.key, "reason": recheck.reason}
+        )
         reconciler.recheck(recheck)
 
     # A processor per invocation: it keeps the batch's outcomes, and the local pump may run

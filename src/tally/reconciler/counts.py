@@ -99,8 +99,9 @@ class Counts:
         its batch; its recheck is scheduled (``Outcome.LEFT``), unless every change is a
         stamped writer's own (``Outcome.PROVED``). None: the group is judged now."""
         if rule.lag_seconds is not None:
-            # The aggregator may still be adding this batch's deltas.
-            self._followups.schedule(rule, group.parent_key, 0, "aggregated counter unbalanced")
+            # The aggregator may still be adding this batch's deltas: a look a lag later,
+            # unless one already on its way will read what this batch wrote.
+            self._followups.look_at_aggregated(rule, group.parent_key)
             return Outcome.LEFT
         if rule.through is None:
             return None

@@ -25,6 +25,8 @@ class Followups:
         self._reporter = reporter
         self._scheduler = scheduler
         self.schedule = scheduler.schedule  # a recheck later, and why
+        # A counter an aggregator keeps, changed: a look a lag later, or one on its way.
+        self.look_at_aggregated = scheduler.look_at_aggregated
 
     @property
     def settle(self) -> Settle:

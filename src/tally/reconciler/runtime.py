@@ -16,6 +16,7 @@ from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.carry_book import CarryId
 from tally.reconciler.rechecks import RecheckQueue
 from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.scheduling import PendingLooks
 from tally.reconciler.stats import Stats
 from tally.reconciler.table import TallyTable
 from tally.reconciler.verification import Reconciler
@@ -42,6 +43,8 @@ _BOUNDED = RETRY_CONFIG.merge(
 _NO_RETRY = _BOUNDED.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
 # Hot parents with an open carry, known to this warm container across invocations.
 _OPEN_CARRIES: set[CarryId] = set()
+# Looks at aggregated counters this warm container sent that have not come due.
+_PENDING_LOOKS = PendingLooks()
 
 
 @lru_cache(maxsize=1)
@@ -71,6 +74,7 @@ def reconciler(
         remind_seconds=env.alert_reminder_hours * 3600,
         carry_seconds=env.carry_seconds,
         open_carries=_OPEN_CARRIES,
+        pending_looks=_PENDING_LOOKS,
         carrying=env.parallelization_factor == 1 if carrying is None else carrying,
         concurrency=env.verify_concurrency,
         alerting=alerting,
@@ -94,6 +98,7 @@ def emit_metrics(verified: Reconciler) -> None:
         ("RecountItemsRead", reads.items),
         ("Deferred", stats.deferred),
         ("RechecksScheduled", stats.rechecks),
+        ("LooksCoalesced", stats.coalesced),
         ("TtlDecrements", stats.ttl_decrements),
         ("AlertsPublished", stats.alerts),
     ):

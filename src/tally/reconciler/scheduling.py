@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tally.reconciler.audit_watermarks import AuditWatermarks
@@ -37,6 +40,51 @@ class Settle:
         time.sleep(random.uniform(0, self.pause_seconds * 2**attempt))
 
 
+# A look on its way covers a change seen this long before it comes due: SQS delays are whole
+# seconds, and the container that sent it and the one that sees the change read two clocks.
+COVER_MARGIN_SECONDS = 1.0
+# What a warm container remembers of the looks it sent, at most (then it forgets them all:
+# a forgotten look only costs a look of its own).
+MAX_PENDING_LOOKS = 10_000
+
+
+def covers(due: float | None, now: float, margin: float = COVER_MARGIN_SECONDS) -> bool:
+    """Does a look due at ``due`` (None: none on its way) read a change seen at ``now``? Only
+    if it cannot have begun its reads: due more than ``margin`` from now."""
+    return due is not None and due - margin > now
+
+
+class PendingLooks:
+    """The plain looks at aggregated counters a warm container sent and that have not come
+    due, by table, rule and parent (docs/verification.md, "Asynchronous counters"):
+    a change of such a parent seen before one comes due needs no look of its own. Shared by
+    the container's invocations, as its open carries are; thread-safe."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self._clock = clock
+        self._due: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _id(table: str, rule: str, key: Key) -> tuple[str, str, str]:
+        return table, rule, json.dumps(key, sort_keys=True, default=str)
+
+    def covering(self, table: str, rule: str, key: Key) -> bool:
+        """Is a look at this parent on its way that will read what the table holds now?"""
+        with self._lock:
+            return covers(self._due.get(self._id(table, rule, key)), self._clock())
+
+    def sent(self, table: str, rule: str, key: Key, delay: int) -> None:
+        """A look at this parent went to the queue, due ``delay`` seconds from now."""
+        now = self._clock()
+        with self._lock:
+            if len(self._due) >= MAX_PENDING_LOOKS:
+                self._due = {k: due for k, due in self._due.items() if covers(due, now)}
+                if len(self._due) >= MAX_PENDING_LOOKS:
+                    self._due.clear()
+            self._due[self._id(table, rule, key)] = now + delay
+
+
 class Scheduler:
     """Puts rechecks on the queue, or (an inline full audit's) in ``held`` to wait out."""
 
@@ -47,11 +95,32 @@ class Scheduler:
         stats: StatsBook,
         settle: Settle,
         carry_seconds: int,
+        pending: tuple[str, PendingLooks] | None = None,
     ):
         self._queue, self._store, self._stats = queue, store, stats
         self.settle, self.carry_seconds = settle, carry_seconds  # how long a recheck waits
         # Set by an inline full audit: second looks for a cascade wait in the audit.
         self.held: list[tuple[Recheck, int]] | None = None
+        # The table's name and the looks at its aggregated counters on their way (None:
+        # each change sends a look of its own).
+        self._pending = pending
+
+    def look_at_aggregated(
+        self, rule: AnyRule, key: Key, reason: str = "aggregated counter unbalanced"
+    ) -> bool:
+        """A plain look at a counter an aggregator keeps, a lag from now, unless one already
+        on its way will read the table as it is now. True if one was sent."""
+        if self._pending is not None:
+            table, looks = self._pending
+            if looks.covering(table, rule.name, key):
+                self._stats().coalesced += 1
+                return False
+        delay = self._delay(rule, 0)
+        self.schedule(rule, key, 0, reason, delay=delay)
+        if self._pending is not None:  # only once it is on the queue
+            table, looks = self._pending
+            looks.sent(table, rule.name, key, delay)
+        return True
 
     def schedule(
         self,

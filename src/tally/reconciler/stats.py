@@ -55,6 +55,7 @@ class Stats:
     consistent: int = 0
     deferred: int = 0
     rechecks: int = 0
+    coalesced: int = 0  # looks at aggregated counters another look on its way covered
     ttl_decrements: int = 0
     alerts: int = 0
     findings: Counter[str] = field(default_factory=Counter)

@@ -26,7 +26,7 @@ from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.repairer import Repairer
 from tally.reconciler.repairs import RepairPolicy
 from tally.reconciler.reporter import Reporter
-from tally.reconciler.scheduling import Scheduler, Settle
+from tally.reconciler.scheduling import PendingLooks, Scheduler, Settle
 from tally.reconciler.sequences import Sequences
 from tally.reconciler.stats import Stats, StatsBook
 from tally.reconciler.table import TallyTable
@@ -55,6 +55,7 @@ class Reconciler:
         remind_seconds: int = 0,
         carry_seconds: int = 5,
         open_carries: set[CarryId] | None = None,
+        pending_looks: PendingLooks | None = None,
         carrying: bool = True,
         concurrency: int = 1,
         alerting: bool = True,
@@ -63,7 +64,10 @@ class Reconciler:
         self._queue, self._policy = rechecks, policy
         book = self._book = StatsBook()
         settle = settle or Settle()
-        scheduler = self._scheduler = Scheduler(rechecks, store, book, settle, carry_seconds)
+        pending = (table.name, pending_looks) if pending_looks is not None else None
+        scheduler = self._scheduler = Scheduler(
+            rechecks, store, book, settle, carry_seconds, pending
+        )
         reporter = self._reporter = Reporter(
             store, alerts, book, alerting=alerting, remind_seconds=remind_seconds
         )
