@@ -206,12 +206,12 @@ def load(client: Any, table: str, items: Iterator[dict[str, Any]]) -> int:
 
 def run_engine(engine: str, out: Path) -> dict[str, Any]:
     """The audit with ``engine`` on the tables the environment names; a dry run."""
+    from tally.audit.full_audit import Audit, audited_rules, full_audit
+    from tally.audit.sql import AuditQuery
     from tally.local.audit_duckdb import candidates
     from tally.local.exports import write_export
     from tally.reconciler import runtime
-    from tally.reconciler.audit_sql import AuditQuery
-    from tally.reconciler.full_audit import Audit, audited_rules, full_audit
-    from tally.reconciler.repairs import RepairPolicy
+    from tally.reconciler.repair.policy import RepairPolicy
 
     checker = runtime.reconciler(RepairPolicy(enabled=True, dry_run=True, budget=10**9))
     phases: dict[str, float] = {}
@@ -246,8 +246,8 @@ def run_engine(engine: str, out: Path) -> dict[str, Any]:
 
 def scan_cpu(items: int = 200_000) -> float:
     """The scan engine's own cost per item, no I/O: deserialize, classify, tally (µs)."""
+    from tally.audit.scan import _Entry, _tally
     from tally.core.dynamodb import deserialize
-    from tally.reconciler.audit_scan import _Entry, _tally
     from tally.rules import load_rules
 
     rules = load_rules(RULES_FILE)

@@ -46,12 +46,12 @@ from tally.local.dynamodb_local import (
 )
 from tally.local.moto_server import moto_server
 from tally.local.template import create_table, load_template, template_path
-from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.rechecks import RecheckQueue, parse_recheck
-from tally.reconciler.repairs import RepairPolicy
-from tally.reconciler.table import TallyTable
-from tally.reconciler.table_access import Reads
+from tally.reconciler.repair.policy import RepairPolicy
+from tally.reconciler.report.alerts import AlertPublisher
+from tally.reconciler.report.rechecks import RecheckQueue, parse_recheck
+from tally.reconciler.store.log import AuditStore
+from tally.reconciler.table.access import Reads
+from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import CountRule, RuleSet, SumRule, load_rules
 from tally.writers.tallies import TallyWriter

@@ -59,7 +59,7 @@ def _pending_looks(monkeypatch: pytest.MonkeyPatch) -> None:
     import moto.sqs.models
 
     from tally.reconciler import runtime
-    from tally.reconciler.scheduling import PendingLooks
+    from tally.reconciler.report.scheduling import PendingLooks
 
     def sqs_clock() -> float:
         return float(moto.sqs.models.unix_time_millis()) / 1000

@@ -66,9 +66,9 @@ from tally.local.pump import Pump
 from tally.local.stream_trigger import MappingSettings
 from tally.local.template import create_table_from, load_template, template_path
 from tally.reconciler import runtime
-from tally.reconciler.audit_recent import PREFIX as RECENT_PREFIX
-from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.audit_table import key_json, parent_pk
+from tally.reconciler.store.items import key_json, parent_pk
+from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.recent import PREFIX as RECENT_PREFIX
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.harness.index_application import (

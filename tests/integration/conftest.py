@@ -31,7 +31,7 @@ from tally.local.moto_server import moto_server
 from tally.local.sqs_trigger import sqs_event_record
 from tally.local.template import create_table
 from tally.reconciler import runtime
-from tally.reconciler.audit_store import AuditStore
+from tally.reconciler.store.log import AuditStore
 from tally.rules import load_rules
 from tests.harness.adopting import EXAMPLES, Adopted
 from tests.utils import deserialize, lambda_context, serialize

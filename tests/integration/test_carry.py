@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tally.core.settings import settings
-from tally.reconciler.counts import SMALL_PARENT
-from tally.reconciler.table import TallyTable
+from tally.reconciler.checks.counts import SMALL_PARENT
+from tally.reconciler.table.tally_table import TallyTable
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack

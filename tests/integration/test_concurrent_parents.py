@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from tally.core.settings import settings
-from tally.reconciler import batches, runtime
+from tally.reconciler import runtime
+from tally.reconciler.checks import batches
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack

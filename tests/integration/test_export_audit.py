@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from tally.audit.full_audit import full_audit
 from tally.cli import app as cli
 from tally.local.audit_duckdb import duckdb_audit
 from tally.local.exports import TableIdentity, read_export, write_export
 from tally.local.template import create_table
 from tally.reconciler import runtime
 from tally.reconciler.findings import Finding
-from tally.reconciler.full_audit import full_audit
-from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.repair.policy import RepairPolicy
 from tally.rules import load_rules
 from tally.writers import SequenceAllocator, TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack

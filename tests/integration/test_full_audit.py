@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from tally.reconciler import audit_scan, runtime
-from tally.reconciler.full_audit import full_audit
+from tally.audit import scan as audit_scan
+from tally.audit.full_audit import full_audit
+from tally.reconciler import runtime
 from tally.rules import load_rules
 from tally.writers import SequenceAllocator, TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack

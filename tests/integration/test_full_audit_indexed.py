@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from tally.audit.full_audit import full_audit
+from tally.audit.report import AuditReport
 from tally.local.audit_duckdb import duckdb_audit
 from tally.local.exports import read_export, write_export
 from tally.reconciler import runtime
-from tally.reconciler.audit_report import AuditReport
-from tally.reconciler.full_audit import full_audit
 from tally.reconciler.verification import Reconciler
 from tests.integration.conftest import Stack, _clear_caches
 

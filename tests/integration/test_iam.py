@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from tally.audit.sql import AuditQuery
 from tally.handlers import audit as audit_handler
 from tally.handlers import audit_candidates as candidates_handler
 from tally.handlers import writer_api
@@ -37,7 +38,6 @@ from tally.local.audit_duckdb import query_rows
 from tally.local.exports import export_files, write_export
 from tally.local.template import load_template, template_path
 from tally.reconciler import runtime
-from tally.reconciler.audit_sql import AuditQuery
 from tally.rules import RuleSet
 from tests.harness import seeds
 from tests.harness.adopting import EXAMPLES, Adopted

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from tally.audit.full_audit import full_audit
 from tally.core.streams import StreamReader, stream_arn
 from tally.local.audit_duckdb import duckdb_audit
 from tally.local.exports import read_export, write_export
 from tally.local.template import create_table_from
 from tally.reconciler import runtime
-from tally.reconciler.full_audit import full_audit
 from tests.harness.index_tables import followers_and_totals_table
 from tests.integration.conftest import Stack, _clear_caches
 from tests.integration.test_aggregated_counters import HeldClock

@@ -10,11 +10,11 @@ import json
 
 import pytest
 
+from tally.audit.full_audit import full_audit
 from tally.local.stream_trigger import failure_message
 from tally.reconciler import runtime
-from tally.reconciler.full_audit import full_audit
-from tally.reconciler.rechecks import Recheck, RecheckQueue
 from tally.reconciler.replay import replay
+from tally.reconciler.report.rechecks import Recheck, RecheckQueue
 from tally.rules import load_rules
 from tally.writers import SequenceAllocator, TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack

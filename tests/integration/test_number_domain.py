@@ -13,15 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tally.audit.full_audit import full_audit
+from tally.audit.report import AuditReport
 from tally.cli.rules_check import check
 from tally.cli.rules_suggest import suggest
 from tally.core.settings import settings as tally_settings
 from tally.local.audit_duckdb import duckdb_audit
 from tally.local.exports import read_export, write_export
 from tally.reconciler import runtime
-from tally.reconciler.audit_report import AuditReport
-from tally.reconciler.full_audit import full_audit
-from tally.reconciler.repairs import RepairPolicy
+from tally.reconciler.repair.policy import RepairPolicy
 from tally.rules import load_rules
 from tally.rules.live_table import describe, sample
 from tests.integration.conftest import Stack

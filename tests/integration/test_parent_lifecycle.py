@@ -118,7 +118,7 @@ def test_a_project_deleted_and_its_key_reused_numbers_from_one_again(stack: Stac
 
 def test_a_sample_gap_event_on_an_empty_table_writes_nothing(stack: Stack) -> None:
     """A recheck for a project the table never held (a sample event, a stale message)."""
-    from tally.reconciler.rechecks import Recheck, RecheckQueue
+    from tally.reconciler.report.rechecks import Recheck, RecheckQueue
 
     RecheckQueue(stack.sqs, stack.recheck_queue).schedule(
         Recheck("issue-numbers", PROJECT, 4, "a sample event"), 0
@@ -229,7 +229,7 @@ def test_a_post_deleted_while_its_recheck_is_pending_gets_no_write(
 ) -> None:
     """A carry or deferred recheck outlives its parent: it judges the table as it is then."""
     post_with_likes(stack, 2)
-    from tally.reconciler.rechecks import Recheck, RecheckQueue
+    from tally.reconciler.report.rechecks import Recheck, RecheckQueue
 
     RecheckQueue(stack.sqs, stack.recheck_queue).schedule(
         Recheck("likes", POST, 0, "parent kept changing during recount"), 0

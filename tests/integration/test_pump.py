@@ -34,7 +34,7 @@ from tally.local.pump import QUIET_POLLS, Pump
 from tally.local.sqs_trigger import Invoke
 from tally.local.stream_trigger import MappingSettings, lane_of
 from tally.reconciler import runtime
-from tally.reconciler.rechecks import Recheck, RecheckQueue
+from tally.reconciler.report.rechecks import Recheck, RecheckQueue
 from tests.harness.live import watched_schedule
 from tests.integration.conftest import Stack
 from tests.utils import lambda_context, serialize

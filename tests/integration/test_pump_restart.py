@@ -21,7 +21,7 @@ from tally.local.dynamodb_local import local_client_kwargs
 from tally.local.pump import Pump
 from tally.local.runner import exit_code, stopped_by_signals
 from tally.local.stream_trigger import MappingSettings
-from tally.reconciler.alerts import AlertPublisher
+from tally.reconciler.report.alerts import AlertPublisher
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from tally.audit.full_audit import full_audit
 from tally.core.settings import settings
 from tally.handlers import reconciler as reconciler_handler
 from tally.local.runner import LocalContext
 from tally.reconciler import runtime
-from tally.reconciler.full_audit import full_audit
-from tally.reconciler.rechecks import Recheck
+from tally.reconciler.report.rechecks import Recheck
 from tally.rules import load_rules
 from tally.writers import SequenceAllocator, TallyWriter
 from tests.harness.faults import Outage

@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tally.audit.full_audit import full_audit
 from tally.handlers import writer_api
 from tally.reconciler import runtime
-from tally.reconciler.full_audit import full_audit
 from tally.rules import REPAIR_MARKER
 from tally.writers.allocations import STRATEGIES
 from tally.writers.idempotency import GUARD_PREFIX

@@ -16,9 +16,9 @@ from tally.rules import load_rules
 
 
 def audit(options: argparse.Namespace) -> int:
+    from tally.audit.full_audit import full_audit
     from tally.reconciler import runtime
-    from tally.reconciler.full_audit import full_audit
-    from tally.reconciler.repairs import RepairPolicy
+    from tally.reconciler.repair.policy import RepairPolicy
 
     if (options.engine == "duckdb") != (options.export is not None):
         raise UsageError("--export goes with --engine duckdb, and --engine duckdb with --export")

@@ -7,9 +7,9 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tally.audit.full_audit import full_audit
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
-from tally.reconciler.full_audit import full_audit
 
 
 @logger.inject_lambda_context

@@ -12,10 +12,10 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tally.audit.candidates import parse_candidate
+from tally.audit.full_audit import Audit, audited_rules
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
-from tally.reconciler.candidates import parse_candidate
-from tally.reconciler.full_audit import Audit, audited_rules
 
 
 @logger.inject_lambda_context

@@ -8,9 +8,9 @@ from typing import Any
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from tally.audit.athena_plan import ExportDescription, plan
 from tally.core.observability import logger, tracer
 from tally.core.settings import settings
-from tally.reconciler.athena_plan import ExportDescription, plan
 from tally.reconciler.runtime import rules
 
 

@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
-from tally.reconciler.rechecks import Recheck, merge_index_looks, mergeable, parse_recheck
+from tally.reconciler.report.rechecks import Recheck, merge_index_looks, mergeable, parse_recheck
 
 
 @logger.inject_lambda_context

@@ -13,7 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
-from tally.reconciler.batches import Deadline
+from tally.reconciler.checks.batches import Deadline
 
 
 @logger.inject_lambda_context

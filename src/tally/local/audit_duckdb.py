@@ -14,12 +14,12 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from tally.audit.candidates import Candidate, parse_candidate
+from tally.audit.full_audit import Audit, audited_rules
+from tally.audit.report import AuditReport
+from tally.audit.sql import AuditQuery
 from tally.local.athena_sql import check, to_duckdb
 from tally.local.exports import Export, export_files
-from tally.reconciler.audit_report import AuditReport
-from tally.reconciler.audit_sql import AuditQuery
-from tally.reconciler.candidates import Candidate, parse_candidate
-from tally.reconciler.full_audit import Audit, audited_rules
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet
 

@@ -256,9 +256,9 @@ def _settle(pump: Pump, deadline_seconds: float = 300) -> bool:
 
 
 def _final_audit() -> Any:
+    from tally.audit.full_audit import full_audit
     from tally.reconciler import runtime
-    from tally.reconciler.full_audit import full_audit
-    from tally.reconciler.repairs import RepairPolicy
+    from tally.reconciler.repair.policy import RepairPolicy
 
     reconciler = runtime.reconciler(RepairPolicy(dry_run=True))
     return full_audit(reconciler)

@@ -11,14 +11,14 @@ from botocore.config import Config
 from tally.core.aws import RETRY_CONFIG, client
 from tally.core.observability import metrics
 from tally.core.settings import settings
-from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.carry_book import CarryId
-from tally.reconciler.rechecks import RecheckQueue
-from tally.reconciler.repairs import RepairPolicy
-from tally.reconciler.scheduling import PendingLooks
+from tally.reconciler.checks.carry_book import CarryId
+from tally.reconciler.repair.policy import RepairPolicy
+from tally.reconciler.report.alerts import AlertPublisher
+from tally.reconciler.report.rechecks import RecheckQueue
+from tally.reconciler.report.scheduling import PendingLooks
 from tally.reconciler.stats import Stats
-from tally.reconciler.table import TallyTable
+from tally.reconciler.store.log import AuditStore
+from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules
 

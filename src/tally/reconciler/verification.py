@@ -1,9 +1,10 @@
 """The reconciler's one door for handlers, rechecks, the full audit, replay and the local pump.
 
-The protocol's steps, in docs/verification.md's order, live in modules of their own:
-``groups`` (1), ``carry_book`` (1b), ``counts`` (2), ``followups`` (parents that are gone, and
-what else a judgement leads to but a write), ``repairer`` (3), ``sequences`` (4), ``reporter``
-(5) and ``batches`` (item collections at once); their decisions are ``protocol``'s. They
+The protocol's steps, in docs/verification.md's order, live in the rooms below: in
+``checks``, ``groups`` (1), ``carry_book`` (1b), ``counts`` (2), ``followups`` (parents that are
+gone, and what else a judgement leads to but a write) and ``sequences`` (4), and ``batches``
+(item collections at once); ``repair.repairer`` (3); ``report.reporter`` (5). Their decisions
+are ``protocol``'s. They
 append what they came to (``stats.Outcome``) to a list, counted here and by the runner.
 """
 
@@ -12,24 +13,24 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.batches import CollectionRunner, Deadline, confirm_own_writes
-from tally.reconciler.carry_book import CarryBook, CarryId
-from tally.reconciler.counts import Counts
+from tally.reconciler.checks.batches import CollectionRunner, Deadline, confirm_own_writes
+from tally.reconciler.checks.carry_book import CarryBook, CarryId
+from tally.reconciler.checks.counts import Counts
+from tally.reconciler.checks.followups import Followups
+from tally.reconciler.checks.groups import GroupVerifier
+from tally.reconciler.checks.sequences import Sequences
 from tally.reconciler.findings import Finding, Off
-from tally.reconciler.followups import Followups
-from tally.reconciler.grouping import group_records
-from tally.reconciler.groups import GroupVerifier
 from tally.reconciler.protocol.batching import item_collections
-from tally.reconciler.rechecks import Recheck, RecheckQueue
-from tally.reconciler.repairer import Repairer
-from tally.reconciler.repairs import RepairPolicy
-from tally.reconciler.reporter import Reporter
-from tally.reconciler.scheduling import PendingLooks, Scheduler, Settle
-from tally.reconciler.sequences import Sequences
+from tally.reconciler.repair.policy import RepairPolicy
+from tally.reconciler.repair.repairer import Repairer
+from tally.reconciler.report.alerts import AlertPublisher
+from tally.reconciler.report.rechecks import Recheck, RecheckQueue
+from tally.reconciler.report.reporter import Reporter
+from tally.reconciler.report.scheduling import PendingLooks, Scheduler, Settle
 from tally.reconciler.stats import Stats, StatsBook
-from tally.reconciler.table import TallyTable
+from tally.reconciler.store.log import AuditStore
+from tally.reconciler.stream.grouping import group_records
+from tally.reconciler.table.tally_table import TallyTable
 from tally.rules import AnyRule, Key, RuleSet, SequenceRule, TallyRule
 
 

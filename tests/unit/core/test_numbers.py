@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tally.audit.scan import _disagrees, _tally
+from tally.audit.sql import AuditQuery
 from tally.core.dynamodb import Deserializer
 from tally.core.numbers import (
     DYNAMODB,
@@ -30,14 +32,12 @@ from tally.core.numbers import (
 )
 from tally.local.audit_duckdb import candidates
 from tally.local.exports import read_export
-from tally.reconciler.audit_scan import _disagrees, _tally
-from tally.reconciler.audit_sql import AuditQuery
-from tally.reconciler.grouping import group_records
 from tally.reconciler.protocol.carry import Carry
-from tally.reconciler.rechecks import Recheck
-from tally.reconciler.repairs import RepairPolicy
-from tally.reconciler.scheduling import Settle
-from tally.reconciler.table import TallyTable
+from tally.reconciler.repair.policy import RepairPolicy
+from tally.reconciler.report.rechecks import Recheck
+from tally.reconciler.report.scheduling import Settle
+from tally.reconciler.stream.grouping import group_records
+from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import load_rules
 from tally.writers.errors import InvalidCounterError

@@ -1,7 +1,8 @@
 """Imports never climb: each floor of src/tally imports only its own floor and those below.
 
-A module's floor is its package under tally: core -> rules -> writers -> reconciler -> handlers
--> local -> cli (``tally`` itself is the ground). What Lambda runs (everything below local) never
+A module's floor is its package under tally: core -> rules -> writers -> reconciler -> audit ->
+handlers -> local -> cli (``tally`` itself is the ground). Inside the reconciler, its rooms
+stand the same way (``ROOMS``). What Lambda runs (everything below local) never
 imports local mode or the CLI, and needs no package the Lambda layer does not ship.
 """
 
@@ -17,7 +18,7 @@ import pytest
 import tally
 
 PACKAGE = Path(tally.__file__).parent
-FLOORS = ["core", "rules", "writers", "reconciler", "handlers", "local", "cli"]
+FLOORS = ["core", "rules", "writers", "reconciler", "audit", "handlers", "local", "cli"]
 # What the Lambda layer installs (layer/requirements.txt) or the Python runtime provides.
 LAMBDA_PACKAGES = {"aws_lambda_powertools", "pydantic", "boto3", "botocore"}
 
@@ -110,6 +111,56 @@ def climbs(source: str, module: str) -> list[str]:
         for _, target in imports_in(source, package)
         if target.startswith("tally") and FLOORS.index(floor(target)) > own
     ]
+
+
+# The reconciler's rooms, lowest first (docs/verification.md): a package, or a module of its own.
+ROOMS = [
+    "protocol",
+    "findings",
+    "stats",
+    "table",
+    "store",
+    "stream",
+    "report",
+    "repair",
+    "checks",
+    "verification",
+    "runtime",
+    "replay",
+]
+RECONCILER = "tally.reconciler"
+
+
+def room(module: str) -> str | None:
+    """A reconciler module's room (None: the package itself, the ground, or outside it)."""
+    if not module.startswith(RECONCILER + "."):
+        return None
+    first = module[len(RECONCILER) + 1 :].split(".")[0]
+    assert first in ROOMS, f"{module} is in no room: put it in one of {ROOMS}"
+    return first
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if room(m) is not None))
+def test_the_reconcilers_rooms_import_only_the_rooms_below_them(module: str) -> None:
+    own = ROOMS.index(room(module) or "")
+    for line, target in imports(module):
+        above = room(target)
+        if above is not None:
+            assert ROOMS.index(above) <= own, (
+                f"{MODULES[module].name}:{line}: {module} ({ROOMS[own]}) imports {target} "
+                f"({above}), a room above it"
+            )
+
+
+def test_every_package_says_which_part_it_is() -> None:
+    """Each package's docstring names its part: the document, or the section of one."""
+    packages = [m for m, path in MODULES.items() if path.name == "__init__.py" and m != "tally"]
+    assert {"tally.reconciler.checks", "tally.audit"} <= set(packages)
+    for package in packages:
+        doc = ast.get_docstring(ast.parse(MODULES[package].read_text(encoding="utf-8")))
+        assert doc, f"{package} has no docstring"
+        if package.startswith(RECONCILER + ".") or package == "tally.audit":
+            assert "docs/" in doc, f"{package}'s docstring names no part of the docs"
 
 
 def test_the_walk_catches_lazy_and_relative_climbs() -> None:

@@ -14,10 +14,10 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tally.local.template import create_table, load_template, template_path
-from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.audit_outbox import LEASE_SECONDS
-from tally.reconciler.audit_store import AuditStore
 from tally.reconciler.findings import AlertMessage, Finding, Repair
+from tally.reconciler.report.alerts import AlertPublisher
+from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.outbox import LEASE_SECONDS
 
 TABLE = "audit"
 

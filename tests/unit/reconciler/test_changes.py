@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from tally.reconciler.changes import Batch, Group
-from tally.reconciler.grouping import group_records
-from tally.reconciler.stream_images import TTL_PRINCIPAL
+from tally.reconciler.stream.changes import Batch, Group
+from tally.reconciler.stream.grouping import group_records
+from tally.reconciler.stream.images import TTL_PRINCIPAL
 from tally.rules import REPAIR_MARKER, load_rules
 from tests.utils import stream_record
 

@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.grouping import group_records
 from tally.reconciler.protocol.window import latest
+from tally.reconciler.stream.grouping import group_records
 from tally.rules import load_rules
 from tests.utils import stream_record
 

@@ -14,8 +14,8 @@ from typing import Any, cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.grouping import group_records
-from tally.reconciler.groups import GroupVerifier
+from tally.reconciler.checks.groups import GroupVerifier
+from tally.reconciler.stream.grouping import group_records
 from tests.unit.reconciler.test_changes_indexed import RULES, STATUSES, USERS, edge, record
 from tests.utils import stream_record
 

@@ -13,8 +13,8 @@ from moto import mock_aws
 
 from tally.core.dynamodb import deserialize, serialize
 from tally.local.template import create_table_from, rules_table_kwargs
-from tally.reconciler.grouping import group_records
-from tally.reconciler.table import TallyTable
+from tally.reconciler.stream.grouping import group_records
+from tally.reconciler.table.tally_table import TallyTable
 from tally.rules import RuleSet, SequenceRule, parse_rules
 from tally.rules.live_table import TableShape
 from tests.utils import stream_record

@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.reconciler import scheduling
-from tally.reconciler.scheduling import COVER_MARGIN_SECONDS, PendingLooks, covers
+from tally.reconciler.report import scheduling
+from tally.reconciler.report.scheduling import COVER_MARGIN_SECONDS, PendingLooks, covers
 
 PARENTS = [
     ("t1", "totals", {"pk": "product#a"}),

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from tally.reconciler.rechecks import Recheck, RecheckQueue, merge_index_looks, parse_recheck
+from tally.reconciler.report.rechecks import Recheck, RecheckQueue, merge_index_looks, parse_recheck
 
 RECHECK = Recheck(
     rule="issues",

@@ -20,14 +20,14 @@ from moto import mock_aws
 
 from tally.core.dynamodb import deserialize, serialize
 from tally.local.template import create_table, load_template, template_path
-from tally.reconciler.alerts import AlertPublisher
-from tally.reconciler.audit_store import AuditStore
-from tally.reconciler.counts import SMALL_PARENT
+from tally.reconciler.checks.counts import SMALL_PARENT
 from tally.reconciler.findings import Finding
-from tally.reconciler.rechecks import Recheck, RecheckQueue, parse_recheck
-from tally.reconciler.repairs import RepairPolicy
-from tally.reconciler.scheduling import Settle
-from tally.reconciler.table import TallyTable
+from tally.reconciler.repair.policy import RepairPolicy
+from tally.reconciler.report.alerts import AlertPublisher
+from tally.reconciler.report.rechecks import Recheck, RecheckQueue, parse_recheck
+from tally.reconciler.report.scheduling import Settle
+from tally.reconciler.store.log import AuditStore
+from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules, parse_rules
 from tests.utils import stream_record

@@ -6,8 +6,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from tally.reconciler.full_audit import full_audit
-from tally.reconciler.rechecks import Recheck, RecheckQueue
+from tally.audit.full_audit import full_audit
+from tally.reconciler.report.rechecks import Recheck, RecheckQueue
 from tally.reconciler.verification import Reconciler
 from tally.rules import load_rules
 from tests.unit.reconciler import test_verification

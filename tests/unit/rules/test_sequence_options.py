@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.reconciler.grouping import group_records
+from tally.reconciler.stream.grouping import group_records
 from tally.rules import RulesFileError, SequenceRule, parse_rules
 from tests.utils import stream_record
 

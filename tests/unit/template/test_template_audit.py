@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from tally.audit.athena_plan import AthenaPlan
+from tally.audit.report import AuditReport
 from tally.local.functions import functions
 from tally.local.template import load_template, template_path
-from tally.reconciler.athena_plan import AthenaPlan
-from tally.reconciler.audit_report import AuditReport
 
 TEMPLATE = load_template(template_path())
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]

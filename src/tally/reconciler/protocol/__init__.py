@@ -9,5 +9,5 @@ not what the index shows yet), ``stamps`` (parents that never rest: a moving par
 at a revision whose every change is proven known), ``repair`` (3. whether a finding may be
 repaired, and what the settings refuse), ``gaps`` (4. missing runs, duplicates, the counter
 against its members), ``batching`` (item collections verified at once). The I/O around them (reads,
-fenced writes, the audit table, alerts) lives one level up, in ``tally.reconciler``.
+fenced writes, the audit table, alerts) lives in ``tally.reconciler``'s other rooms.
 """

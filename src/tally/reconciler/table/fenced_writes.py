@@ -1,0 +1,201 @@
+"""Repairs on the main table, each fenced on the state that was verified.
+
+Every write is conditioned on the exact state that was verified, carries the repair
+marker, and goes in one transaction with the audit-table items the caller passes (the
+repair log, the marker's record, the alert), so none of them can exist without the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Literal
+
+from tally.core.dynamodb import Cancelled, Names, serialize, transact
+from tally.reconciler.protocol.judgement import ParentState
+from tally.reconciler.table.access import ABSENT, TableAccess
+from tally.reconciler.table.void_keys import VOID, void_key
+from tally.rules import (
+    REPAIR_MARKER,
+    AnyRule,
+    CountRule,
+    IndexMembers,
+    Key,
+    SequenceRule,
+    TallyRule,
+)
+
+VoidOutcome = Literal["written", "arrived", "gone"]
+DecrementOutcome = Literal["applied", "replayed", "refused"]
+
+
+class FencedWrites(TableAccess):
+    """SET a counter, apply a TTL decrement once, or write a VOID tombstone."""
+
+    def set_counter(
+        self,
+        rule: AnyRule,
+        key: Key,
+        verified: ParentState,
+        value: Decimal,
+        marker: str,
+        logged: Sequence[Mapping[str, Any]],
+    ) -> bool:
+        """SET counter = value, only if the parent still exists with the counter and revision
+        that were verified: a repair never creates a parent, nor writes over a non-number."""
+        if not verified.exists or not _number_or_absent(verified.counter):
+            raise ValueError(f"{rule.name}: a repair writes only over a number it has judged")
+        names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
+        fences = [
+            f"attribute_exists({names[self._pk]})",
+            _fence(names[rule.counter], ":stored", verified.counter),
+        ]
+        values: dict[str, Any] = {":value": value, ":marker": marker}
+        if verified.counter is not ABSENT:
+            values[":stored"] = verified.counter
+        update = f"SET {names[rule.counter]} = :value, {names[REPAIR_MARKER]} = :marker"
+        if rule.revision:
+            fences.append(_fence(names[rule.revision], ":revision", verified.revision))
+            if verified.revision is not ABSENT:
+                values[":revision"] = verified.revision
+            update += f" ADD {names[rule.revision]} :one"
+            values[":one"] = Decimal(1)
+        item = {
+            "Update": {
+                "TableName": self.name,
+                "Key": self._key(key),
+                "UpdateExpression": update,
+                "ConditionExpression": " AND ".join(f"({f})" for f in fences),
+                "ExpressionAttributeNames": names.expression_names,
+                "ExpressionAttributeValues": serialize(values),
+            }
+        }
+        return self._fenced([item, *logged])
+
+    def decrement(
+        self,
+        rule: TallyRule,
+        key: Key,
+        delta: Decimal,
+        marker: str,
+        marker_put: Mapping[str, Any],
+    ) -> DecrementOutcome:
+        """Apply a TTL expiry's decrement once: the marker put fails on redelivery.
+
+        "applied", "replayed" (applied before: a redelivery), or "refused": the parent is
+        gone, its counter holds no number, or (count rules) it is below the decrement, as
+        on a parent deleted and made again since the child expired. Then nothing is
+        written and the expiry is the recount's to judge.
+        """
+        names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
+        condition = f"attribute_exists({names[self._pk]})"
+        if isinstance(rule, CountRule):
+            condition += f" AND {names[rule.counter]} >= :floor"
+        else:
+            condition += f" AND attribute_type({names[rule.counter]}, :number)"
+        if rule.revision:  # ADD on a revision holding text would fail the transaction
+            revision = names[rule.revision]
+            condition += (
+                f" AND (attribute_not_exists({revision}) OR attribute_type({revision}, :n))"
+            )
+        adds = [f"{names[rule.counter]} :delta"] + (
+            [f"{names[rule.revision]} :one"] if rule.revision else []
+        )
+        item = {
+            "Update": {
+                "TableName": self.name,
+                "Key": self._key(key),
+                "UpdateExpression": f"SET {names[REPAIR_MARKER]} = :marker ADD " + ", ".join(adds),
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names.expression_names,
+                "ExpressionAttributeValues": serialize(
+                    {":delta": -delta, ":marker": marker}
+                    | ({":one": Decimal(1)} if rule.revision else {})
+                    | ({":floor": delta} if isinstance(rule, CountRule) else {":number": "N"})
+                    | ({":n": "N"} if rule.revision else {})
+                ),
+            }
+        }
+        try:
+            transact(self.client, [item, marker_put], None, self.backoff)
+        except Cancelled as cancelled:
+            return "replayed" if cancelled.failed(1) else "refused"
+        return "applied"
+
+    def put_void(
+        self,
+        rule: SequenceRule,
+        counter_key: Key,
+        number: int,
+        anchor: Key,
+        marker: str,
+        logged: Sequence[Mapping[str, Any]],
+    ) -> VoidOutcome:
+        """A VOID tombstone for a missing number, only where no member exists, and only while
+        the sequence stands: its counter item exists and handed the number out (``anchor`` is
+        the counter's key), or, without a counter, the member at ``anchor`` still exists.
+
+        "written", "arrived" (a member holds the number after all) or "gone" (the sequence
+        is not there any more: nothing may be written under it).
+        """
+        item: dict[str, Any] = {VOID: True, REPAIR_MARKER: marker}
+        item |= self.rules.table.typed(self.void_key(rule, counter_key, number))
+        if isinstance(rule.members, IndexMembers):
+            item |= {
+                rule.members.sequence_attribute: rule.sequence_name,
+                rule.members.number: Decimal(rule.shown_number(number)),
+            }
+        names = Names.of(self._pk)
+        put = {
+            "Put": {
+                "TableName": self.name,
+                "Item": serialize(item),
+                "ConditionExpression": f"attribute_not_exists({names[self._pk]})",
+                "ExpressionAttributeNames": names.expression_names,
+            }
+        }
+        stands = self._sequence_stands(rule, anchor, number)
+        try:
+            transact(self.client, [put, stands, *logged], None, self.backoff)
+        except Cancelled as cancelled:
+            return "gone" if cancelled.failed(1) else "arrived"
+        return "written"
+
+    def _sequence_stands(self, rule: SequenceRule, anchor: Key, number: int) -> dict[str, Any]:
+        """The condition that the sequence still exists: its counter handed ``number`` out,
+        or (members only) its member at ``anchor`` is still there."""
+        names = Names.of(self._pk, rule.counter if rule.has_counter else None)
+        condition = f"attribute_exists({names[self._pk]})"
+        check: dict[str, Any] = {
+            "TableName": self.name,
+            "Key": self._key(anchor),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names.expression_names,
+        }
+        if rule.has_counter:
+            check["ConditionExpression"] += f" AND {names[rule.counter]} >= :number"
+            check["ExpressionAttributeValues"] = serialize({":number": Decimal(number)})
+        return {"ConditionCheck": check}
+
+    def void_key(self, rule: SequenceRule, counter_key: Key, number: int) -> Key:
+        """The key a VOID tombstone for ``number`` is written at."""
+        return void_key(rule, counter_key, number, self.rules.table)
+
+    def _fenced(self, items: list[Any]) -> bool:
+        # No derived token: botocore's own token makes its retries idempotent, and each
+        # repair's items (its marker, its log) are unique, so a new repair is never a replay.
+        try:
+            transact(self.client, items, None, self.backoff)
+        except Cancelled:
+            return False
+        return True
+
+
+def _number_or_absent(value: Any) -> bool:
+    return value is ABSENT or (isinstance(value, Decimal) and value.is_finite())
+
+
+def _fence(name: str, placeholder: str, verified: Any) -> str:
+    if verified is ABSENT:
+        return f"attribute_not_exists({name})"
+    return f"{name} = {placeholder}"
