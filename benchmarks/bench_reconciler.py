@@ -49,7 +49,7 @@ from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.repair.policy import RepairPolicy
 from tally.reconciler.report.alerts import AlertPublisher
 from tally.reconciler.report.rechecks import RecheckQueue, parse_recheck
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.parts import Store
 from tally.reconciler.table.access import Reads
 from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
@@ -178,12 +178,12 @@ class Stack:
         create_table(self.dynamodb, load_template(template_path()), "AuditTable", audit)
         self.exits.callback(self.dynamodb.delete_table, TableName=audit)
         queue_url = self.sqs.create_queue(QueueName=f"rechecks-{suffix}")["QueueUrl"]
-        store = AuditStore(self.dynamodb, audit)
+        store = Store(self.dynamodb, audit)
         return Reconciler(
             self.rules,
             TallyTable(self.dynamodb, self.table, self.rules),
             store,
-            AlertPublisher(self.sns, self.topic_arn, store),
+            AlertPublisher(self.sns, self.topic_arn, store.outbox),
             RecheckQueue(self.sqs, queue_url),
             RepairPolicy(),
             carry_seconds=CARRY_SECONDS,
@@ -356,7 +356,7 @@ def verify_ours(stack: Stack, scenario: str, label: str, batches: Batches) -> Ro
         recounts=reads.recounts,
         items=reads.items,
         capacity=float(reads.capacity),
-        carry_units=float(reconciler.store.carry_units),
+        carry_units=float(reconciler.store.carries.carry_units),
         rechecks=rechecks,
         seconds=seconds,
         findings=sum(stats.findings.values()),

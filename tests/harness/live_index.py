@@ -67,7 +67,7 @@ from tally.local.stream_trigger import MappingSettings
 from tally.local.template import create_table_from, load_template, template_path
 from tally.reconciler import runtime
 from tally.reconciler.store.items import key_json, parent_pk
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.parts import Store
 from tally.reconciler.store.recent import PREFIX as RECENT_PREFIX
 from tally.rules import load_rules
 from tally.writers import TallyWriter
@@ -910,7 +910,7 @@ class LiveIndexRun:
         ]
         # A quiet followee's edges hold still after its fault: each repair must set it to
         # them (a repair to anything else, even one a later repair undid, is harmful).
-        repairs = AuditStore(self.stack.dynamodb, self.stack.audit_table).repairs()
+        repairs = Store(self.stack.dynamodb, self.stack.audit_table).repairs()
         # The hot followee moves all along: each repair must move it by its fault's offset.
         hot = [
             r["before"] - r["after"]

@@ -31,7 +31,7 @@ from tally.local.moto_server import moto_server
 from tally.local.sqs_trigger import sqs_event_record
 from tally.local.template import create_table
 from tally.reconciler import runtime
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.parts import Store
 from tally.rules import load_rules
 from tests.harness.adopting import EXAMPLES, Adopted
 from tests.utils import deserialize, lambda_context, serialize
@@ -178,8 +178,8 @@ class Stack:
                 )
 
     @property
-    def audit(self) -> AuditStore:
-        return AuditStore(self.dynamodb, self.audit_table)
+    def audit(self) -> Store:
+        return Store(self.dynamodb, self.audit_table)
 
 
 def alerting(moto_endpoint: str, suffix: str) -> tuple[Any, str, str, str]:

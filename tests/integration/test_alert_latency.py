@@ -95,7 +95,7 @@ def test_a_split_line_on_a_large_order_is_carried_not_recounted(stack: Stack) ->
         stack.deliver([record])
     stack.settle()
     assert stack.alerts() == []
-    assert stack.audit.findings() == []
+    assert stack.audit.log.findings() == []
 
 
 def test_above_parallelization_factor_one_a_large_order_is_recounted_not_carried(

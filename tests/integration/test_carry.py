@@ -77,8 +77,8 @@ def test_a_split_transaction_redelivered_and_bisected_reads_no_child(
         assert stack.deliver(copy.deepcopy(batch))["batchItemFailures"] == []
     wait_rechecks(stack)  # the window of the remainder the first batch left
     assert hot == []
-    assert stack.alerts() == [] and stack.audit.findings() == []
-    assert stack.audit.carry("likes", POST).remainder == 0
+    assert stack.alerts() == [] and stack.audit.log.findings() == []
+    assert stack.audit.carries.carry("likes", POST).remainder == 0
 
 
 def test_balanced_batches_split_mid_transaction_still_fold_the_open_remainder(
@@ -91,15 +91,15 @@ def test_balanced_batches_split_mid_transaction_still_fold_the_open_remainder(
         like(stack, n)
     records = stack.records()
     stack.deliver(records[:1])
-    opened = stack.audit.carry("likes", POST)
+    opened = stack.audit.carries.carry("likes", POST)
     stack.deliver(records[1:3])
-    carry = stack.audit.carry("likes", POST)
+    carry = stack.audit.carries.carry("likes", POST)
     assert carry.remainder == opened.remainder != 0 and carry.since > opened.since
     for batch in (records[3:5], records[5:]):
         stack.deliver(batch)
     wait_rechecks(stack)
     assert hot == [] and stack.alerts() == []
-    assert stack.audit.carry("likes", POST).remainder == 0
+    assert stack.audit.carries.carry("likes", POST).remainder == 0
 
 
 def test_a_remainder_nothing_cancels_is_recounted_after_the_window(
@@ -109,11 +109,11 @@ def test_a_remainder_nothing_cancels_is_recounted_after_the_window(
     records = stack.records()
     stack.deliver(records[:1])  # half a legitimate like; its other half is never delivered
     assert hot == []
-    assert stack.audit.carry("likes", POST).remainder != 0
+    assert stack.audit.carries.carry("likes", POST).remainder != 0
     assert wait_rechecks(stack) == 1
     assert hot == ["POST#hot"]
     assert stack.alerts() == []  # the table itself was consistent
-    assert stack.audit.carry("likes", POST).remainder == 0
+    assert stack.audit.carries.carry("likes", POST).remainder == 0
 
 
 def test_a_rogue_write_on_a_hot_parent_is_caught_after_the_window(

@@ -124,7 +124,7 @@ def test_a_child_amount_or_counter_of_1e38_or_more_is_read_and_judged(numbers: S
     stack.settle()
     assert no_failures(stack)
     assert stack.alerts() == []
-    assert stack.audit.carry("ledger", ACCOUNT).remainder == 0
+    assert stack.audit.carries.carry("ledger", ACCOUNT).remainder == 0
     report, log = audit()
     assert kinds(log) == [("drift", "POST#1", "applied")]  # 1E+38 likes, one child
     assert stack.item("POST#1", "META")["likeTally"] == 1  # type: ignore[index]

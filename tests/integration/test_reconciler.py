@@ -49,7 +49,7 @@ def test_balanced_writes_through_the_writers_raise_nothing(stack: Stack) -> None
     w.change_amount({"PK": "ORDER#17", "SK": "LINE#1"}, Decimal("5.01"))
     stack.settle()
     assert stack.alerts() == []
-    assert stack.audit.findings() == []
+    assert stack.audit.log.findings() == []
     assert all(r["batchItemFailures"] == [] for r in stack.responses)
 
 
@@ -77,7 +77,7 @@ def test_a_rogue_counter_overwrite_is_found_repaired_and_logged(stack: Stack) ->
     assert alert["evidence"][0]["old"] == 3 and alert["evidence"][0]["new"] == 100
     assert "likedAt" not in str(alert["evidence"])
     assert stack.item("POST#a91f", "META")["likeTally"] == 3  # type: ignore[index]
-    [repair] = stack.audit.repairs()
+    [repair] = stack.audit.log.repairs()
     assert (repair["before"], repair["after"]) == (100, 3)
 
 
@@ -193,7 +193,7 @@ def test_a_client_crash_between_increment_and_put_becomes_a_voided_gap(stack: St
             Item={"PK": {"S": "PROJECT#A"}, "SK": {"S": "ISSUE#0000000002"}},
             ConditionExpression="attribute_not_exists(PK)",
         )
-    assert stack.audit.watermark("issue-numbers", counter) == 3
+    assert stack.audit.watermarks.watermark("issue-numbers", counter) == 3
 
 
 def test_a_counter_reset_to_zero_is_counter_behind_and_is_raised_back(stack: Stack) -> None:
@@ -237,7 +237,7 @@ def test_the_same_batch_delivered_twice_alerts_and_repairs_once(stack: Stack) ->
     stack.settle()
     alerts = stack.alerts()
     assert kinds(alerts) == [("drift", "applied")]
-    assert len(stack.audit.repairs()) == 1
+    assert len(stack.audit.log.repairs()) == 1
     assert stack.item("POST#a91f", "META")["likeTally"] == 1  # type: ignore[index]
 
 
@@ -249,7 +249,7 @@ def test_a_transaction_split_across_two_batches_is_not_drift(stack: Stack) -> No
         w.add_child({"PK": "POST#a91f", "SK": f"LIKE#USER#{user}"})
     stack.settle(batch_size=1)  # every child and every counter bump in its own batch
     assert stack.alerts() == []
-    assert stack.audit.findings() == []
+    assert stack.audit.log.findings() == []
 
 
 def test_threads_hammering_a_parent_while_it_is_verified_see_no_false_drift(
@@ -324,7 +324,7 @@ def test_the_kill_switch_and_dry_run_write_nothing(
     [alert] = stack.alerts()
     assert (alert["kind"], alert["repair"]["status"]) == ("drift", status)
     assert stack.item("POST#a91f", "META")["likeTally"] == 9  # type: ignore[index]
-    assert stack.audit.repairs() == []
+    assert stack.audit.log.repairs() == []
 
 
 def test_an_unrepaired_finding_redelivered_alerts_once(stack: Stack) -> None:
@@ -337,4 +337,4 @@ def test_an_unrepaired_finding_redelivered_alerts_once(stack: Stack) -> None:
     alerts = stack.alerts()
     assert kinds(alerts) == [("drift", "skipped")]
     assert alerts[0]["actual"] == "2.5"
-    assert len(stack.audit.findings()) == 1
+    assert len(stack.audit.log.findings()) == 1

@@ -78,7 +78,7 @@ def test_two_gaps_give_two_alerts_two_voids_and_the_watermark(stack: Stack) -> N
     assert len({a["finding_id"] for a in alerts}) == 2
     assert item(stack, issue(2))["void"] is True  # type: ignore[index]
     assert item(stack, issue(3))["void"] is True  # type: ignore[index]
-    assert stack.audit.watermark("issue-numbers", PROJECT) == 4
+    assert stack.audit.watermarks.watermark("issue-numbers", PROJECT) == 4
     assert all(r["batchItemFailures"] == [] for r in stack.responses)
 
 
@@ -96,7 +96,7 @@ def test_two_duplicated_numbers_give_two_alerts_and_two_findings(stack: Stack) -
     stack.settle()
     alerts = stack.alerts()
     assert summary(alerts) == [("duplicate", 1, "skipped"), ("duplicate", 2, "skipped")]
-    assert len(stack.audit.findings(kind="duplicate")) == 2
+    assert len(stack.audit.log.findings(kind="duplicate")) == 2
 
 
 # --- 2. no alert lost after a repair commits ---------------------------------------------
@@ -135,7 +135,7 @@ def test_a_repair_whose_response_was_lost_is_applied_once_and_alerted(stack: Sta
     stack.settle()
     [alert] = stack.alerts()
     assert (alert["kind"], alert["repair"]["status"]) == ("drift", "applied")
-    assert len(stack.audit.repairs()) == 1
+    assert len(stack.audit.log.repairs()) == 1
 
 
 def test_a_lost_publish_response_is_sent_again_only_by_the_outbox(stack: Stack) -> None:
@@ -197,7 +197,7 @@ def test_the_reconcilers_own_repair_raises_nothing_further(stack: Stack) -> None
     assert (checker.stats.own_writes, checker.table.reads.recounts) == (1, 0)
     stack.settle()
     assert stack.alerts() == []
-    assert len(stack.audit.findings()) == 1
+    assert len(stack.audit.log.findings()) == 1
 
 
 # --- 4. ordinary writes never crash a batch ----------------------------------------------
@@ -432,5 +432,5 @@ def test_an_invalid_counter_alert_never_echoes_the_value(stack: Stack, value: An
     [alert] = stack.alerts()
     assert alert["kind"] == "invalid_counter"
     assert "ann@example.com" not in str(alert)
-    assert "ann@example.com" not in str(stack.audit.findings())
-    assert "ann@example.com" not in str(stack.audit.repairs())
+    assert "ann@example.com" not in str(stack.audit.log.findings())
+    assert "ann@example.com" not in str(stack.audit.log.repairs())

@@ -17,7 +17,7 @@ from tally.reconciler.report.alerts import AlertPublisher
 from tally.reconciler.report.rechecks import RecheckQueue
 from tally.reconciler.report.scheduling import PendingLooks
 from tally.reconciler.stats import Stats
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.parts import Store
 from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules
@@ -63,12 +63,12 @@ def reconciler(
     repairs as the settings say, alerts, and carries unless batches may run concurrently."""
     env = settings()
     dynamodb, sns, sqs = _clients()
-    store = AuditStore(dynamodb, env.require("audit_table_name"))
+    store = Store(dynamodb, env.require("audit_table_name"))
     return Reconciler(
         rules(),
         TallyTable(dynamodb, env.table_name, rules()),
         store,
-        AlertPublisher(sns, env.require("alert_topic_arn"), store),
+        AlertPublisher(sns, env.require("alert_topic_arn"), store.outbox),
         RecheckQueue(sqs, env.require("recheck_queue_url")),
         policy or RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
         remind_seconds=env.alert_reminder_hours * 3600,
@@ -104,7 +104,9 @@ def emit_metrics(verified: Reconciler) -> None:
     ):
         metrics.add_metric(name=name, unit=count, value=value)
     metrics.add_metric(name="RecountCapacity", unit=count, value=float(reads.capacity))
-    metrics.add_metric(name="CarryCapacity", unit=count, value=float(verified.store.carry_units))
+    metrics.add_metric(
+        name="CarryCapacity", unit=count, value=float(verified.store.carries.carry_units)
+    )
     if stats.checked:
         share = 100 * stats.consistent / stats.checked
         metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)

@@ -28,7 +28,7 @@ from tally.reconciler.report.rechecks import Recheck, RecheckQueue
 from tally.reconciler.report.reporter import Reporter
 from tally.reconciler.report.scheduling import PendingLooks, Scheduler, Settle
 from tally.reconciler.stats import Stats, StatsBook
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.parts import Store
 from tally.reconciler.stream.grouping import group_records
 from tally.reconciler.table.tally_table import TallyTable
 from tally.rules import AnyRule, Key, RuleSet, SequenceRule, TallyRule
@@ -48,7 +48,7 @@ class Reconciler:
         self,
         rules: RuleSet,
         table: TallyTable,
-        store: AuditStore,
+        store: Store,
         alerts: AlertPublisher,
         rechecks: RecheckQueue,
         policy: RepairPolicy,
@@ -67,16 +67,17 @@ class Reconciler:
         settle = settle or Settle()
         pending = (table.name, pending_looks) if pending_looks is not None else None
         scheduler = self._scheduler = Scheduler(
-            rechecks, store, book, settle, carry_seconds, pending
+            rechecks, store.watermarks, book, settle, carry_seconds, pending
         )
+        log, standing, outbox = store.log, store.standing, store.outbox
         reporter = self._reporter = Reporter(
-            store, alerts, book, alerting=alerting, remind_seconds=remind_seconds
+            log, standing, outbox, alerts, book, alerting=alerting, remind_seconds=remind_seconds
         )
         followups = Followups(reporter, scheduler)
-        repairer = Repairer(table, store, policy, reporter)
-        counts = self._counts = Counts(table, repairer, followups, store)
-        sequences = self._sequences = Sequences(table, store, repairer, followups)
-        carries = self._carries = CarryBook(store, scheduler, open_carries)
+        repairer = Repairer(table, log, standing, outbox, policy, reporter)
+        counts = self._counts = Counts(table, repairer, followups, store.recent)
+        sequences = self._sequences = Sequences(table, store.watermarks, repairer, followups)
+        carries = self._carries = CarryBook(store.carries, scheduler, open_carries)
         self._groups = GroupVerifier(counts, sequences, carries, carrying=carrying)
         self._runner = CollectionRunner(book, concurrency)
 
@@ -127,7 +128,7 @@ class Reconciler:
         stats.skipped += batch.skipped
         stats.malformed += len(batch.malformed)
         concurrency = self._runner.concurrency
-        confirm_own_writes(batch, self.rules, self.store, self._book, deadline, concurrency)
+        confirm_own_writes(batch, self.rules, self.store.log, self._book, deadline, concurrency)
         collections = item_collections(
             (g for g in batch.groups.values() if g.rule.repair != "off"),
             self.rules.table.partition_key,
@@ -180,7 +181,7 @@ class Reconciler:
 
     def sequence_epoch(self, rule: SequenceRule, key: Key) -> int:
         """The life of the sequence's counter item a horizon read now belongs to."""
-        return self.store.sequence_state(rule.name, key)[1]
+        return self.store.watermarks.sequence_state(rule.name, key)[1]
 
     def rebuild_ledger(self, rule: SequenceRule, scanned: list[tuple[int, Key]]) -> int:
         """The member ledger made to agree with a scan; the highest number dropped (0: none)."""

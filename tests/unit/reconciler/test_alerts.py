@@ -16,8 +16,8 @@ from moto import mock_aws
 from tally.local.template import create_table, load_template, template_path
 from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.report.alerts import AlertPublisher
-from tally.reconciler.store.log import AuditStore
 from tally.reconciler.store.outbox import LEASE_SECONDS
+from tally.reconciler.store.parts import Store
 
 TABLE = "audit"
 
@@ -28,10 +28,10 @@ class Stack:
     sqs: Any
     topic_arn: str
     queue_url: str
-    store: AuditStore
+    store: Store
 
     def publisher(self, topic_arn: str | None = None) -> AlertPublisher:
-        return AlertPublisher(self.sns, topic_arn or self.topic_arn, self.store)
+        return AlertPublisher(self.sns, topic_arn or self.topic_arn, self.store.outbox)
 
     def received(self) -> list[dict[str, Any]]:
         """Every SNS envelope the subscribed queue holds, drained."""
@@ -62,7 +62,7 @@ def stack() -> Iterator[Stack]:
             "Attributes"
         ]["QueueArn"]
         sns.subscribe(TopicArn=topic_arn, Protocol="sqs", Endpoint=queue_arn)
-        yield Stack(sns, sqs, topic_arn, queue_url, AuditStore(dynamodb, TABLE))
+        yield Stack(sns, sqs, topic_arn, queue_url, Store(dynamodb, TABLE))
 
 
 def drift(stored: int = 7, actual: int = 5) -> Finding:
@@ -89,7 +89,7 @@ class Clock:
 def queued(stack: Stack, finding: Finding, occurrence: str = "1") -> AlertMessage:
     """The finding's alert written to the outbox, as a repair's transaction writes it."""
     message = AlertMessage.of(finding, finding.alert_id(occurrence))
-    assert stack.store.enqueue([stack.store.outbox_put(message)])
+    assert stack.store.outbox.enqueue([stack.store.outbox.outbox_put(message)])
     return message
 
 
@@ -109,7 +109,7 @@ def test_a_finding_reaches_subscribers_as_its_body_and_attributes(stack: Stack) 
         "severity": "warning",
         "repair": "applied",
     }
-    assert stack.store.pending_alerts() == []
+    assert stack.store.outbox.pending_alerts() == []
 
 
 def test_a_failed_publish_stays_pending_and_the_next_flush_sends_it(stack: Stack) -> None:
@@ -127,10 +127,10 @@ def test_a_failed_publish_stays_pending_and_the_next_flush_sends_it(stack: Stack
 
 def test_an_alert_that_cannot_be_sent_never_holds_back_the_others(stack: Stack) -> None:
     broken = AlertMessage("a0", "subject", "{}", {"kind": {"DataType": "Nope", "StringValue": ""}})
-    assert stack.store.enqueue([stack.store.outbox_put(broken)])
-    stack.store.release_alert("a0")
+    assert stack.store.outbox.enqueue([stack.store.outbox.outbox_put(broken)])
+    stack.store.outbox.release_alert("a0")
     queued(stack, drift(9, 5), "2")
-    stack.store.release_alert(drift(9, 5).alert_id("2"))
+    stack.store.outbox.release_alert(drift(9, 5).alert_id("2"))
     sent, errors = stack.publisher().flush()
     assert sent == 1 and len(errors) == 1 and "a0" in errors[0]
     assert len(stack.received()) == 1
@@ -151,10 +151,10 @@ def test_a_subject_is_printable_ascii_whatever_the_key_holds() -> None:
 
 def test_a_flush_leaves_alerts_whose_writer_still_holds_the_lease(stack: Stack) -> None:
     clock = Clock()
-    store = AuditStore(stack.store.client, TABLE, clock)
+    store = Store(stack.store.client, TABLE, clock)
     message = AlertMessage.of(drift(), "a1")
-    assert store.enqueue([store.outbox_put(message)])
-    publisher = AlertPublisher(stack.sns, stack.topic_arn, store)
+    assert store.outbox.enqueue([store.outbox.outbox_put(message)])
+    publisher = AlertPublisher(stack.sns, stack.topic_arn, store.outbox)
     assert publisher.flush() == (0, [])
     clock.now += LEASE_SECONDS + 1  # its writer died before publishing
     assert publisher.flush() == (1, [])

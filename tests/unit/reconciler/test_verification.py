@@ -26,7 +26,8 @@ from tally.reconciler.repair.policy import RepairPolicy
 from tally.reconciler.report.alerts import AlertPublisher
 from tally.reconciler.report.rechecks import Recheck, RecheckQueue, parse_recheck
 from tally.reconciler.report.scheduling import Settle
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.carries import Carries
+from tally.reconciler.store.parts import Store
 from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules, parse_rules
@@ -70,12 +71,12 @@ class Rig:
         carrying: bool = True,
         rechecks: RecheckQueue | None = None,
     ) -> Reconciler:
-        store = AuditStore(self.ddb, AUDIT)
+        store = Store(self.ddb, AUDIT)
         return Reconciler(
             rules,
             TallyTable(self.ddb, MAIN, rules),
             store,
-            AlertPublisher(self.sns, self.topic_arn, store),
+            AlertPublisher(self.sns, self.topic_arn, store.outbox),
             rechecks or RecheckQueue(self.sqs, self.recheck_queue),
             policy or RepairPolicy(),
             Settle(attempts=4, pause_seconds=0),
@@ -84,8 +85,8 @@ class Rig:
         )
 
     @property
-    def store(self) -> AuditStore:
-        return AuditStore(self.ddb, AUDIT)
+    def store(self) -> Store:
+        return Store(self.ddb, AUDIT)
 
     def put(self, item: dict[str, Any]) -> None:
         self.ddb.put_item(TableName=MAIN, Item=serialize(item))
@@ -171,7 +172,7 @@ def test_a_balanced_batch_makes_no_read_and_no_finding(rig: Rig) -> None:
     assert failed == []
     assert (checker.table.reads.items, checker.table.reads.recounts) == (0, 0)
     assert checker.stats.balanced == 1
-    assert checker.log == [] and rig.alerts() == [] and rig.store.findings() == []
+    assert checker.log == [] and rig.alerts() == [] and rig.store.log.findings() == []
 
 
 # --- step 1b: the carry -----------------------------------------------------------------
@@ -196,7 +197,7 @@ def test_a_split_transaction_on_a_hot_parent_is_carried_not_recounted(rig: Rig) 
         assert checker.verify_batch(batch) == []
     assert checker.table.reads.recounts == 0
     assert checker.table.reads.items == 1  # a child-only half reads the counter, to size it
-    assert rig.store.carry("likes", POST).remainder == 0
+    assert rig.store.carries.carry("likes", POST).remainder == 0
     assert checker.stats.carried == 1 and checker.log == []
     [recheck] = rig.rechecks()  # the open remainder's window; it finds nothing to do
     checker.recheck(parse_recheck(json.dumps(recheck)))
@@ -212,14 +213,14 @@ def test_steady_traffic_split_at_every_boundary_is_never_recounted(rig: Rig) -> 
     checker.verify_batch(records[:1])
     [opened] = rig.rechecks()
     checker.verify_batch(records[1:3])  # balanced, and still the remainder's cancellation
-    carry = rig.store.carry("likes", POST)
+    carry = rig.store.carries.carry("likes", POST)
     assert carry.remainder == -1 and carry.since != opened["carry_since"]
     checker.recheck(parse_recheck(json.dumps(opened)))  # its window passed: nothing to do
     for batch in (records[3:5], records[5:]):
         checker.verify_batch(batch)
     rig.run_rechecks(checker)
     assert checker.table.reads.recounts == 0 and checker.log == []
-    assert rig.store.carry("likes", POST).remainder == 0
+    assert rig.store.carries.carry("likes", POST).remainder == 0
 
 
 def test_a_balanced_batch_with_no_open_carry_reads_nothing(rig: Rig) -> None:
@@ -228,9 +229,9 @@ def test_a_balanced_batch_with_no_open_carry_reads_nothing(rig: Rig) -> None:
     checker = rig.reconciler()
     for batch in (records[:1], records[1:3], records[3:]):  # the carry closes with the last
         checker.verify_batch(batch)
-    units = checker.store.carry_units
+    units = checker.store.carries.carry_units
     checker.verify_batch(hot_likes(2, 1))
-    assert checker.store.carry_units == units and checker.table.reads.items == 1
+    assert checker.store.carries.carry_units == units and checker.table.reads.items == 1
 
 
 def test_redelivered_and_bisected_batches_never_add_a_record_twice(rig: Rig) -> None:
@@ -241,7 +242,7 @@ def test_redelivered_and_bisected_batches_never_add_a_record_twice(rig: Rig) -> 
     checker.verify_batch(records[3:])
     for again in (records[:3], records[3:], records[:1], records[1:3], records[5:], records):
         assert checker.verify_batch(again) == []
-    carry = rig.store.carry("likes", POST)
+    carry = rig.store.carries.carry("likes", POST)
     assert (carry.remainder, carry.through) == (0, int(records[-1]["dynamodb"]["SequenceNumber"]))
     assert checker.table.reads.recounts == 0 and checker.log == []
 
@@ -251,12 +252,12 @@ def test_a_rogue_write_on_a_hot_parent_is_recounted_after_the_window(rig: Rig) -
     checker = rig.reconciler()
     checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 40)])
     assert checker.log == [] and checker.table.reads.recounts == 0
-    assert rig.store.carry("likes", POST).remainder == 40
+    assert rig.store.carries.carry("likes", POST).remainder == 40
     assert rig.run_rechecks(checker) == 1
     [finding] = checker.log
     assert (finding.kind, finding.stored, finding.actual) == ("drift", HOT + 40, HOT)
     assert status(finding) == "applied" and rig.value(POST, "likeTally") == HOT
-    carry = rig.store.carry("likes", POST)
+    carry = rig.store.carries.carry("likes", POST)
     assert (carry.remainder, carry.since) == (0, 0)  # what the recount covered is taken off
 
 
@@ -267,19 +268,19 @@ def test_a_carry_recheck_that_overtakes_its_carrys_write_comes_back(
     still under way (throttled, retried) finds no carry yet, and must not be the last."""
     rig.likes("POST#a91f", count=HOT, tally=HOT + 40)  # the rogue write the record shows
     checker = rig.reconciler()
-    put_carry = AuditStore.put_carry
+    put_carry = Carries.put_carry
     overtaken: list[int] = []
 
-    def slow_put(store: AuditStore, *args: Any, **kwargs: Any) -> bool:
+    def slow_put(carries: Carries, *args: Any, **kwargs: Any) -> bool:
         if not overtaken:
             overtaken.append(rig.run_rechecks(checker))  # delivered before the write lands
-        return put_carry(store, *args, **kwargs)
+        return put_carry(carries, *args, **kwargs)
 
-    monkeypatch.setattr(AuditStore, "put_carry", slow_put)
+    monkeypatch.setattr(Carries, "put_carry", slow_put)
     checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 40)])
     assert overtaken == [1] and checker.log == [] and checker.table.reads.recounts == 0
     monkeypatch.undo()
-    assert rig.store.carry("likes", POST).remainder == 40
+    assert rig.store.carries.carry("likes", POST).remainder == 40
     assert rig.run_rechecks(checker) == 1  # it came back, and recounts now
     [finding] = checker.log
     assert (finding.kind, finding.stored, finding.actual) == ("drift", HOT + 40, HOT)
@@ -291,7 +292,7 @@ def test_a_carry_recheck_for_a_remainder_cancelled_meanwhile_does_not_come_back(
     checker = rig.reconciler()
     checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 1, seq="10")])
     checker.verify_batch([like_insert("POST#a91f", "late", seq="11")])  # the other half
-    assert rig.store.carry("likes", POST).remainder == 0
+    assert rig.store.carries.carry("likes", POST).remainder == 0
     assert rig.run_rechecks(checker) == 1
     assert rig.rechecks() == [] and checker.table.reads.recounts == 0
 
@@ -326,7 +327,7 @@ def test_records_folded_during_the_recheck_keep_their_own_window(
 
     monkeypatch.setattr(checker.table, "tally_children", meanwhile)
     checker.recheck(parse_recheck(json.dumps(recheck)))
-    carry = rig.store.carry("likes", POST)
+    carry = rig.store.carries.carry("likes", POST)
     assert carry.remainder == -1 and carry.since > 0
     [follow_up] = rig.rechecks()
     assert follow_up["carry_since"] == carry.since
@@ -338,7 +339,7 @@ def test_a_small_parent_is_recounted_at_once_reusing_its_first_read(rig: Rig) ->
     assert checker.verify_batch([like_insert("POST#a91f", "0")]) == []
     assert checker.table.reads.recounts == 1
     assert checker.table.reads.items == 3  # parent, the one child, parent again
-    assert rig.store.carry("likes", POST).through == -1  # no carry for a small parent
+    assert rig.store.carries.carry("likes", POST).through == -1  # no carry for a small parent
     assert rig.rechecks() == []
 
 
@@ -362,12 +363,12 @@ def test_any_batching_with_any_redelivery_balances_out(
         for low, high in itertools.pairwise(bounds):
             checker.verify_batch(records[low:high])
         assert checker.table.reads.recounts == 0
-        assert rig.store.carry("likes", POST).remainder == 0
+        assert rig.store.carries.carry("likes", POST).remainder == 0
         for low, high in replays:
             checker.verify_batch(records[low:high])
         # A slice of a batch that balanced without a carry is one remainder: recounted once.
         rig.run_rechecks(checker)
-        assert rig.store.carry("likes", POST).remainder == 0
+        assert rig.store.carries.carry("likes", POST).remainder == 0
         assert checker.log == []
 
 
@@ -395,13 +396,13 @@ def test_drift_is_found_repaired_logged_and_alerted_once(rig: Rig) -> None:
     assert (parent["likeTally"], parent["tallyRevision"]) == (2, 4)
     marker = parent["tallyRepair"]
     image = serialize({"likeTally": Decimal(2)})
-    assert rig.store.confirm_marker(marker, POST, image, "1")  # the audit table logged it
-    [logged] = rig.store.repairs()
+    assert rig.store.log.confirm_marker(marker, POST, image, "1")  # the audit table logged it
+    [logged] = rig.store.log.repairs()
     assert (logged["before"], logged["after"], logged["status"]) == (5, 2, "applied")
     [alert] = rig.alerts()
     assert (alert["kind"], alert["stored"], alert["actual"]) == ("drift", 5, 2)
     assert alert["repair"]["status"] == "applied"
-    assert [f["SK"] for f in rig.store.findings()] == [f"FINDING#{finding.finding_id}"]
+    assert [f["SK"] for f in rig.store.log.findings()] == [f"FINDING#{finding.finding_id}"]
 
 
 def test_a_redelivered_drift_batch_does_not_alert_twice(rig: Rig) -> None:
@@ -483,7 +484,7 @@ def test_a_fenced_repair_never_writes_a_stale_count(
     assert rig.value(POST, "likeTally") == 3
     [finding] = checker.log
     assert (finding.actual, status(finding)) == (3, "applied")
-    assert [r["after"] for r in rig.store.repairs()] == [3]
+    assert [r["after"] for r in rig.store.log.repairs()] == [3]
 
 
 def test_the_repair_budget_stops_the_second_repair(rig: Rig) -> None:
@@ -523,7 +524,7 @@ def test_the_kill_switch_reports_disabled_and_writes_nothing(rig: Rig) -> None:
     [finding] = checker.log
     assert status(finding) == "disabled"
     assert rig.value(POST, "likeTally") == 5
-    assert rig.store.repairs() == []
+    assert rig.store.log.repairs() == []
 
 
 def test_a_dry_run_reports_before_and_after_and_writes_nothing(rig: Rig) -> None:
@@ -548,7 +549,7 @@ def test_a_rule_switched_off_is_not_checked_at_all(rig: Rig) -> None:
     checker = rig.reconciler(rules=parse_rules(raw))
     assert checker.verify_batch([bumped(POST, "likeTally", 4, 5)]) == []
     assert checker.log == [] and checker.table.reads.recounts == 0
-    assert rig.alerts() == [] and rig.store.findings() == []
+    assert rig.alerts() == [] and rig.store.log.findings() == []
     assert rig.value(POST, "likeTally") == 5
 
 
@@ -671,7 +672,7 @@ def test_a_recheck_voids_a_missing_number_and_advances_the_watermark(rig: Rig) -
     assert status(gap) == "applied"
     tombstone = rig.item({"PK": "PROJECT#p1", "SK": "ISSUE#0000000003"})
     assert tombstone is not None and tombstone["void"] is True
-    assert rig.store.watermark("issue-numbers", PROJECT) == 4
+    assert rig.store.watermarks.watermark("issue-numbers", PROJECT) == 4
 
 
 def test_a_recheck_judges_nothing_beyond_the_counter_it_saw(rig: Rig) -> None:
@@ -680,7 +681,7 @@ def test_a_recheck_judges_nothing_beyond_the_counter_it_saw(rig: Rig) -> None:
     checker.recheck(Recheck("issue-numbers", PROJECT, 2, "unbalanced"))
     assert checker.log == []
     assert rig.item({"PK": "PROJECT#p1", "SK": "ISSUE#0000000003"}) is None
-    assert rig.store.watermark("issue-numbers", PROJECT) == 2
+    assert rig.store.watermarks.watermark("issue-numbers", PROJECT) == 2
 
 
 def test_a_counter_behind_its_members_is_raised(rig: Rig) -> None:
@@ -713,7 +714,7 @@ def test_an_index_sequence_gap_gets_a_void_member_in_the_index(rig: Rig) -> None
         2,
         3,
     ]
-    assert rig.store.watermark("user-numbers", USERS) == 3
+    assert rig.store.watermarks.watermark("user-numbers", USERS) == 3
 
 
 # --- failures ---------------------------------------------------------------------------

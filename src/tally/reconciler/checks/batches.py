@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from botocore.exceptions import ClientError
 
 from tally.reconciler.stats import Done, Outcome, StatsBook
-from tally.reconciler.store.log import AuditLog
+from tally.reconciler.store.log import FindingLog
 from tally.reconciler.stream.changes import Batch, Claim, Group
 from tally.reconciler.stream.grouping import fold_record
 from tally.rules import RuleSet
@@ -38,7 +38,7 @@ class Deadline:
 def confirm_own_writes(
     batch: Batch,
     rules: RuleSet,
-    store: AuditLog,
+    store: FindingLog,
     stats: StatsBook,
     deadline: Deadline | None,
     concurrency: int = 1,

@@ -13,7 +13,7 @@ from tally.reconciler.protocol import carry as carrying
 from tally.reconciler.protocol.carry import Carry, window_left
 from tally.reconciler.report.scheduling import Scheduler
 from tally.reconciler.stats import Done, Outcome
-from tally.reconciler.store.carries import AuditCarries
+from tally.reconciler.store.carries import Carries
 from tally.reconciler.stream.changes import Group
 from tally.rules import Key, SequenceRule, TallyRule
 
@@ -37,7 +37,7 @@ class CarryBook:
 
     def __init__(
         self,
-        store: AuditCarries,
+        store: Carries,
         scheduler: Scheduler,
         open_carries: set[CarryId] | None = None,
     ):

@@ -27,7 +27,7 @@ from tally.reconciler.repair.repairer import Repairer
 from tally.reconciler.report.rechecks import MAX_DELAY_SECONDS, Recheck
 from tally.reconciler.report.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED
 from tally.reconciler.stats import Done, Outcome
-from tally.reconciler.store.recent import AuditRecentChildren
+from tally.reconciler.store.recent import RecentChildren
 from tally.reconciler.stream.changes import Group
 from tally.reconciler.table.parent_reads import ParentReads
 from tally.rules import CountRule, Key, SumRule, TallyRule
@@ -59,7 +59,7 @@ class Counts:
         table: ParentReads,
         repairer: Repairer,
         followups: Followups,
-        recent: AuditRecentChildren,
+        recent: RecentChildren,
     ):
         self._table = table
         self._repairer = repairer

@@ -21,7 +21,7 @@ from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.repair.repairer import Repairer
 from tally.reconciler.report.rechecks import Recheck
 from tally.reconciler.stats import Done, Outcome
-from tally.reconciler.store.watermarks import AuditWatermarks
+from tally.reconciler.store.watermarks import Watermarks
 from tally.reconciler.stream.changes import Group
 from tally.reconciler.table.member_reads import MemberReads
 from tally.rules import AttributeMembers, Key, SequenceRule
@@ -38,7 +38,7 @@ class Sequences:
     def __init__(
         self,
         table: MemberReads,
-        store: AuditWatermarks,
+        store: Watermarks,
         repairer: Repairer,
         followups: Followups,
     ):

@@ -18,7 +18,9 @@ from tally.reconciler.findings import AlertMessage, Finding, Repair
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.repair.policy import RepairPolicy
 from tally.reconciler.report.reporter import Reporter
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.log import FindingLog
+from tally.reconciler.store.outbox import AlertOutbox
+from tally.reconciler.store.standing import StandingFindings
 from tally.reconciler.stream.changes import Expiry
 from tally.reconciler.table.fenced_writes import DecrementOutcome, FencedWrites, VoidOutcome
 from tally.rules import AnyRule, Key, SequenceRule, TallyRule
@@ -32,10 +34,16 @@ class Repairer:
     """Writes what the policy allows on the counted table, fenced, with its audit items."""
 
     def __init__(
-        self, table: FencedWrites, store: AuditStore, policy: RepairPolicy, reporter: Reporter
+        self,
+        table: FencedWrites,
+        log: FindingLog,
+        standing: StandingFindings,
+        outbox: AlertOutbox,
+        policy: RepairPolicy,
+        reporter: Reporter,
     ):
         self._table = table
-        self._store = store
+        self._log, self._standing, self._outbox = log, standing, outbox
         self.policy = policy
         self._reporter = reporter
 
@@ -89,7 +97,7 @@ class Repairer:
     def decrement(self, rule: TallyRule, key: Key, expiry: Expiry) -> DecrementOutcome:
         """Apply a TTL expiry's decrement once: its marker is the expiry's own."""
         marker = f"ttl:{expiry.event_id}"
-        logged = self._store.marker_put(marker, key)
+        logged = self._log.marker_put(marker, key)
         return self._table.decrement(rule, key, expiry.delta, marker, logged)
 
     def _write(
@@ -117,11 +125,11 @@ class Repairer:
         marker = f"r:{secrets.token_hex(12)}"
         message = AlertMessage.of(repaired, repaired.alert_id(marker))
         logged = [
-            self._store.repair_put(repaired, fix),
-            self._store.marker_put(marker, target(), written),
-            self._store.finding_put(repaired),
-            self._store.standing_delete(repaired),
-            self._store.outbox_put(message),
+            self._log.repair_put(repaired, fix),
+            self._log.marker_put(marker, target(), written),
+            self._log.finding_put(repaired),
+            self._standing.standing_delete(repaired),
+            self._outbox.outbox_put(message),
         ]
         outcome = write(marker, logged)
         if outcome == committed:

@@ -11,13 +11,13 @@ import json
 from typing import Any
 
 from tally.reconciler.findings import AlertMessage
-from tally.reconciler.store.outbox import AuditOutbox
+from tally.reconciler.store.outbox import AlertOutbox
 
 
 class AlertPublisher:
     """Publishes outbox alerts to the alert topic and marks them sent."""
 
-    def __init__(self, sns_client: Any, topic_arn: str, store: AuditOutbox):
+    def __init__(self, sns_client: Any, topic_arn: str, store: AlertOutbox):
         self.sns = sns_client
         self.topic_arn = topic_arn
         self.store = store

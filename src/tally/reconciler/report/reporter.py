@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 from tally.reconciler.findings import AlertMessage, Finding, Off, Repair
 from tally.reconciler.report.alerts import AlertPublisher
 from tally.reconciler.stats import StatsBook
-from tally.reconciler.store.log import AuditStore
+from tally.reconciler.store.log import FindingLog
+from tally.reconciler.store.outbox import AlertOutbox
+from tally.reconciler.store.standing import StandingFindings
 from tally.rules import Key
 
 
@@ -19,14 +21,16 @@ class Reporter:
 
     def __init__(
         self,
-        store: AuditStore,
+        log: FindingLog,
+        standing: StandingFindings,
+        outbox: AlertOutbox,
         alerts: AlertPublisher,
         stats: StatsBook,
         *,
         alerting: bool = True,
         remind_seconds: int = 0,
     ):
-        self._store = store
+        self._log, self._standing, self._outbox = log, standing, outbox
         self._alerts = alerts
         self._stats = stats
         self.alerting = alerting
@@ -44,11 +48,11 @@ class Reporter:
             return
         message = AlertMessage.of(finding, finding.alert_id(finding.detected_at))
         items = [
-            self._store.standing_put(finding, self._remind_seconds),
-            self._store.finding_put(finding),
-            self._store.outbox_put(message),
+            self._standing.standing_put(finding, self._remind_seconds),
+            self._log.finding_put(finding),
+            self._outbox.outbox_put(message),
         ]
-        if self._store.enqueue(items):  # not alerted before: a finding of its own
+        if self._outbox.enqueue(items):  # not alerted before: a finding of its own
             self._count(finding)
             self.off.append(Off(finding, "new"))
             self._alerts.send(message)
@@ -69,7 +73,7 @@ class Reporter:
 
     def clear_standing(self, rule: str, key: Key) -> None:
         """The parent is consistent again: a drift that returns is news."""
-        self._store.clear_standing(rule, key)
+        self._standing.clear_standing(rule, key)
 
     def standing_state(self, start: int = 0) -> list[Off]:
         """Every parent found off (from ``off[start]`` on), once each, marked ``new``,
@@ -81,7 +85,7 @@ class Reporter:
             if off.status == "new":
                 state.append(off)
                 continue
-            since = self._store.alerted_at(off.finding)
+            since = self._standing.alerted_at(off.finding)
             if since is not None:
                 state.append(Off(off.finding, "standing", since))
             else:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.report.rechecks import Recheck, RecheckQueue
 from tally.reconciler.stats import StatsBook
-from tally.reconciler.store.watermarks import AuditWatermarks
+from tally.reconciler.store.watermarks import Watermarks
 from tally.rules import AnyRule, Key, SequenceRule
 
 # Why a parent is looked at again (second looks of parents that are gone, and the looks of
@@ -91,7 +91,7 @@ class Scheduler:
     def __init__(
         self,
         queue: RecheckQueue,
-        store: AuditWatermarks,
+        store: Watermarks,
         stats: StatsBook,
         settle: Settle,
         carry_seconds: int,

@@ -10,13 +10,13 @@ from typing import Any
 
 from tally.core.dynamodb import conditional, deserialize, serialize
 from tally.reconciler.protocol.carry import Carry
-from tally.reconciler.store.items import DAY, AuditTable, parent_pk
+from tally.reconciler.store.items import DAY, StorePart, parent_pk
 
 # A carry outlives the stream's 24 h retention, so no redelivery can add a record twice.
 CARRY_TTL = 2 * DAY
 
 
-class AuditCarries(AuditTable):
+class Carries(StorePart):
     """Reads and conditional replacements of the parents' carries."""
 
     def __init__(self, client: Any, table_name: str, clock: Callable[[], float] = time.time):

@@ -1,4 +1,4 @@
-"""The audit table's key design and lifetimes (docs/audit-table.md), shared by its stores."""
+"""The audit table's key design and lifetimes (docs/audit-table.md), shared by its parts."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ DAY = 86_400
 FINDING_TTL = 90 * DAY
 
 
-class AuditTable:
+class StorePart:
     """The audit table's client, name and clock."""
 
     def __init__(self, client: Any, table_name: str, clock: Callable[[], float] = time.time):

@@ -1,10 +1,4 @@
-"""The audit table: findings, repair log and markers, with the carries, watermarks, outbox,
-standing findings and recent index children of its other modules.
-
-This package's audit_* modules are the only code that knows the table's key design
-(docs/audit-table.md). The table has no stream, so nothing written here ever reaches the
-reconciler again.
-"""
+"""The log of findings and repairs, and the repair markers, in the audit table."""
 
 from __future__ import annotations
 
@@ -15,26 +9,21 @@ from typing import Any
 from tally.core.dynamodb import conditional, deserialize, serialize
 from tally.core.timefmt import epoch_iso
 from tally.reconciler.findings import Finding, Repair
-from tally.reconciler.store.carries import AuditCarries
 from tally.reconciler.store.items import (
     DAY,
     FINDING_TTL,
-    AuditTable,
+    StorePart,
     canonical,
     finding_pk,
     key_json,
 )
-from tally.reconciler.store.outbox import AuditOutbox
-from tally.reconciler.store.recent import AuditRecentChildren
-from tally.reconciler.store.standing import AuditStanding
-from tally.reconciler.store.watermarks import AuditWatermarks
 
 REPAIR_TTL = 365 * DAY
 # Longer than the stream's 24 h retention, so no redelivery can outlive its marker.
 MARKER_TTL = 2 * DAY
 
 
-class AuditLog(AuditTable):
+class FindingLog(StorePart):
     """Findings, the repair log and repair markers."""
 
     # --- findings and repair log ---------------------------------------------------------
@@ -185,9 +174,3 @@ class AuditLog(AuditTable):
             if "LastEvaluatedKey" not in response:
                 return items
             request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-
-
-class AuditStore(
-    AuditLog, AuditStanding, AuditOutbox, AuditWatermarks, AuditCarries, AuditRecentChildren
-):
-    """Reads and writes the reconciler's state in the audit table."""

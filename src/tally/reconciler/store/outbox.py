@@ -7,7 +7,7 @@ from typing import Any
 
 from tally.core.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
 from tally.reconciler.findings import AlertMessage
-from tally.reconciler.store.items import DAY, AuditTable
+from tally.reconciler.store.items import DAY, StorePart
 
 # A pending alert outlives any retry path (stream retries, rechecks, the daily audit).
 OUTBOX_TTL = 14 * DAY
@@ -16,7 +16,7 @@ OUTBOX_PK = "OUTBOX"
 LEASE_SECONDS = 60
 
 
-class AuditOutbox(AuditTable):
+class AlertOutbox(StorePart):
     """Pending alerts: added with their finding, leased, published, then deleted."""
 
     def outbox_put(self, message: AlertMessage) -> dict[str, Any]:

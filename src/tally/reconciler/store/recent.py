@@ -12,7 +12,7 @@ from typing import Any
 
 from tally.core.dynamodb import conditional, deserialize, serialize
 from tally.reconciler.protocol.window import Noted, latest
-from tally.reconciler.store.items import AuditTable, key_json, parent_pk
+from tally.reconciler.store.items import StorePart, key_json, parent_pk
 
 PREFIX = "RECENT#"
 # DynamoDB's limits on a partition and a sort key, in bytes: a key JSON past them (a key of
@@ -24,7 +24,7 @@ SEQUENCE_DIGITS = 48
 OPTIONAL = ("counted", "amount", "tokens")
 
 
-class AuditRecentChildren(AuditTable):
+class RecentChildren(StorePart):
     """One item per (rule, parent, child) the stream showed changing: put as each batch is
     verified, read by each look at the parent, expiring after the rule's window."""
 

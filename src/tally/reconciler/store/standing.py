@@ -8,13 +8,13 @@ from typing import Any
 from tally.core.dynamodb import deserialize, serialize
 from tally.core.timefmt import epoch_iso
 from tally.reconciler.findings import Finding
-from tally.reconciler.store.items import FINDING_TTL, AuditTable, finding_pk, parent_pk
+from tally.reconciler.store.items import FINDING_TTL, StorePart, finding_pk, parent_pk
 
 NEVER = 2**62
 _STATE = "state"
 
 
-class AuditStanding(AuditTable):
+class StandingFindings(StorePart):
     """The standing slot of each alerted finding: put by condition, read, ended."""
 
     def standing_put(self, finding: Finding, remind_seconds: int) -> dict[str, Any]:

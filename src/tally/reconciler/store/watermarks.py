@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tally.core.dynamodb import conditional, deserialize, serialize
-from tally.reconciler.store.items import AuditTable, key_json
+from tally.reconciler.store.items import StorePart, key_json
 
 
-class AuditWatermarks(AuditTable):
+class Watermarks(StorePart):
     """Each sequence's watermark and epoch, moved forward or back by condition."""
 
     def watermark(self, rule: str, key: Mapping[str, str]) -> int:
