@@ -265,8 +265,8 @@ def check_truth(stack: Stack, scenario: Scenario, expected: Mapping[str, int]) -
     wrong = []
     for pk, likes in expected.items():
         key = {"PK": pk, "SK": "META"}
-        counter = table.read_parent(rule, key).counter
-        actual = table.tally_children(rule, key).actual
+        counter = table.parents.read_parent(rule, key).counter
+        actual = table.parents.tally_children(rule, key).actual
         if not counter == actual == likes:
             wrong.append(f"{pk}: likeTally={counter} children={actual} expected={likes}")
     scenario.truth_ok = not wrong
@@ -301,8 +301,8 @@ class NaiveReconciler:
                 if match.role != "child" or not isinstance(match.rule, CountRule | SumRule):
                     continue
                 self.children += 1
-                tally = self.table.tally_children(match.rule, match.parent_key)
-                parent = self.table.read_parent(match.rule, match.parent_key)
+                tally = self.table.parents.tally_children(match.rule, match.parent_key)
+                parent = self.table.parents.read_parent(match.rule, match.parent_key)
                 stored = parent.counter if parent.counter is not None else Decimal(0)
                 if parent.exists and stored != tally.actual:
                     self.findings.append(f"{match.parent_key}: {stored} != {tally.actual}")

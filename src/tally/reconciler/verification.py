@@ -74,9 +74,11 @@ class Reconciler:
             log, standing, outbox, alerts, book, alerting=alerting, remind_seconds=remind_seconds
         )
         followups = Followups(reporter, scheduler)
-        repairer = Repairer(table, log, standing, outbox, policy, reporter)
-        counts = self._counts = Counts(table, repairer, followups, store.recent)
-        sequences = self._sequences = Sequences(table, store.watermarks, repairer, followups)
+        repairer = Repairer(table.writes, log, standing, outbox, policy, reporter)
+        counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
+        sequences = self._sequences = Sequences(
+            table.parents, table.members, store.watermarks, repairer, followups
+        )
         carries = self._carries = CarryBook(store.carries, scheduler, open_carries)
         self._groups = GroupVerifier(counts, sequences, carries, carrying=carrying)
         self._runner = CollectionRunner(book, concurrency)

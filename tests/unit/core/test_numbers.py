@@ -259,24 +259,36 @@ class FakeClient:
         return Pages()
 
 
-class FakeStore:
-    """The audit table's carries, in memory; standing findings ignored (no alerting)."""
+class FakeCarries:
+    """The audit table's carries, in memory."""
 
     def __init__(self) -> None:
-        self.carries: dict[Any, Carry] = {}
+        self.held: dict[Any, Carry] = {}
 
     def carry(self, rule: str, key: Any) -> Carry:
-        return self.carries.get((rule, tuple(sorted(key.items()))), Carry())
+        return self.held.get((rule, tuple(sorted(key.items()))), Carry())
 
     def put_carry(self, rule: str, key: Any, previous: Carry, new: Carry) -> bool:
         # Stored as DynamoDB would: it must fit.
         fit(new.remainder)
         assert self.carry(rule, key) == previous
-        self.carries[rule, tuple(sorted(key.items()))] = new
+        self.held[rule, tuple(sorted(key.items()))] = new
         return True
 
+
+class IgnoredStanding:
     def clear_standing(self, *_: Any) -> None:
         pass
+
+
+class FakeStore:
+    """The audit table's parts a dry run without alerts uses: carries in memory, standing
+    findings ignored; no other part is reached."""
+
+    def __init__(self) -> None:
+        self.carries = FakeCarries()
+        self.standing = IgnoredStanding()
+        self.log = self.outbox = self.watermarks = self.recent = None
 
 
 class FakeRechecks:

@@ -138,7 +138,7 @@ def test_number_sort_key_members_are_read_by_a_numeric_range(ddb: Any) -> None:
     for n in (1, 2, 3, 10):
         put(ddb, "projects", pk="p1", sk=n)
     put(ddb, "projects", pk="p1", sk=Decimal("2.5"))
-    found = table.member_numbers(sequence(PROJECTS, "issues"), {"pk": "p1", "sk": "0"}, 1)
+    found = table.members.member_numbers(sequence(PROJECTS, "issues"), {"pk": "p1", "sk": "0"}, 1)
     assert found == [
         (2, {"pk": "p1", "sk": "2"}),
         (3, {"pk": "p1", "sk": "3"}),
@@ -154,7 +154,7 @@ def test_a_count_on_a_number_sort_key_counts_the_positive_numbers(ddb: Any) -> N
     put(ddb, "projects", pk="p2", sk=1)
     rule = COMMENTS["comments"]
     assert not isinstance(rule, SequenceRule)
-    assert table.tally_children(rule, {"pk": "p1", "sk": "-1"}).actual == 3
+    assert table.parents.tally_children(rule, {"pk": "p1", "sk": "-1"}).actual == 3
 
 
 def test_a_void_on_a_number_sort_key_is_a_number(ddb: Any) -> None:
@@ -162,7 +162,7 @@ def test_a_void_on_a_number_sort_key_is_a_number(ddb: Any) -> None:
     put(ddb, "projects", pk="p1", sk=0, lastIssue=4)
     counter = {"pk": "p1", "sk": "0"}
     rule = sequence(PROJECTS, "issues")
-    assert table.put_void(rule, counter, 4, counter, "r1", [log_put("r1")]) == "written"
+    assert table.writes.put_void(rule, counter, 4, counter, "r1", [log_put("r1")]) == "written"
     item = ddb.get_item(TableName="projects", Key=serialize({"pk": "p1", "sk": 4}))["Item"]
     assert deserialize(item)["void"] is True
 
@@ -171,9 +171,9 @@ def test_a_void_needs_its_counter_item_holding_the_number_handed_out(ddb: Any) -
     table = table_for(ddb, PROJECTS, "projects")
     counter = {"pk": "p1", "sk": "0"}
     rule = sequence(PROJECTS, "issues")
-    assert table.put_void(rule, counter, 2, counter, "r1", [log_put("r1")]) == "gone"
+    assert table.writes.put_void(rule, counter, 2, counter, "r1", [log_put("r1")]) == "gone"
     put(ddb, "projects", pk="p1", sk=0, lastIssue=1)  # a key reused: 2 not handed out yet
-    assert table.put_void(rule, counter, 2, counter, "r2", [log_put("r2")]) == "gone"
+    assert table.writes.put_void(rule, counter, 2, counter, "r2", [log_put("r2")]) == "gone"
     assert "Item" not in ddb.get_item(TableName="projects", Key=serialize({"pk": "p1", "sk": 2}))
 
 
@@ -183,10 +183,14 @@ def test_partition_members_are_read_up_to_the_counter_and_on_while_found(ddb: An
     for n in (1, 2, 4, 5, 6, 105, 350):
         put(ddb, "orders", pk=str(n), deliveryMethod="expedited")
     rule = sequence(ORDERS, "order-ids")
-    numbers = [n for n, _ in table.member_numbers(rule, {"pk": "orderCounter"}, 0)]
+    numbers = [n for n, _ in table.members.member_numbers(rule, {"pk": "orderCounter"}, 0)]
     # 6 runs past the counter: 101-200 are read too, and hold 105; 201-300 hold none: stop.
     assert numbers == [1, 2, 4, 5, 6, 105]
-    assert [n for n, _ in table.member_numbers(rule, {"pk": "orderCounter"}, 4)] == [5, 6, 105]
+    assert [n for n, _ in table.members.member_numbers(rule, {"pk": "orderCounter"}, 4)] == [
+        5,
+        6,
+        105,
+    ]
 
 
 def test_a_void_in_a_partition_of_its_own(ddb: Any) -> None:
@@ -194,10 +198,10 @@ def test_a_void_in_a_partition_of_its_own(ddb: Any) -> None:
     rule = sequence(ORDERS, "order-ids")
     counter = {"pk": "orderCounter"}
     put(ddb, "orders", pk="orderCounter", count=5)
-    assert table.put_void(rule, counter, 3, counter, "r2", [log_put("r2")]) == "written"
+    assert table.writes.put_void(rule, counter, 3, counter, "r2", [log_put("r2")]) == "written"
     assert "Item" in ddb.get_item(TableName="orders", Key=serialize({"pk": "3"}))
     put(ddb, "orders", pk="4")
-    assert table.put_void(rule, counter, 4, counter, "r3", [log_put("r3")]) == "arrived"
+    assert table.writes.put_void(rule, counter, 4, counter, "r3", [log_put("r3")]) == "arrived"
 
 
 # --- counter_holds = "next": numbers from 0, read and voided under their own keys ----------
@@ -257,14 +261,14 @@ def test_next_free_collection_members_are_read_from_the_first_above_the_watermar
     for n in (0, 1, 2, 3, 5):
         put(ddb, "issues", PK="PROJECT#A", SK=f"ISSUE#{n:010d}")
     rule, counter = sequence(NEXT_FREE, "issues"), {"PK": "PROJECT#A", "SK": "COUNTER#ISSUE"}
-    found = table.member_numbers(rule, counter, 0)
+    found = table.members.member_numbers(rule, counter, 0)
     assert found == [(n + 1, {"PK": "PROJECT#A", "SK": f"ISSUE#{n:010d}"}) for n in (0, 1, 2, 3, 5)]
-    assert [n for n, _ in table.member_numbers(rule, counter, 2)] == [3, 4, 6]
-    assert table.put_void(rule, counter, 5, counter, "r1", [log_put("r1")]) == "written"
+    assert [n for n, _ in table.members.member_numbers(rule, counter, 2)] == [3, 4, 6]
+    assert table.writes.put_void(rule, counter, 5, counter, "r1", [log_put("r1")]) == "written"
     assert "Item" in ddb.get_item(
         TableName="issues", Key=serialize({"PK": "PROJECT#A", "SK": "ISSUE#0000000004"})
     )
-    assert table.put_void(rule, counter, 1, counter, "r2", [log_put("r2")]) == "arrived"
+    assert table.writes.put_void(rule, counter, 1, counter, "r2", [log_put("r2")]) == "arrived"
 
 
 def test_next_free_index_members_hold_their_own_numbers_and_so_do_their_voids(ddb: Any) -> None:
@@ -274,14 +278,14 @@ def test_next_free_index_members_hold_their_own_numbers_and_so_do_their_voids(dd
     for n in (0, 1, 2, 3):
         put(ddb, "issues", PK=f"User#u{n}", SK="PROFILE", seqName="users", NumIdentifier=n)
     rule = sequence(NEXT_FREE, "users")
-    assert [n for n, _ in table.member_numbers(rule, counter, 0)] == [1, 2, 3, 4]
-    assert [n for n, _ in table.member_numbers(rule, counter, 2)] == [3, 4]
-    assert table.put_void(rule, counter, 5, counter, "r1", [log_put("r1")]) == "written"
+    assert [n for n, _ in table.members.member_numbers(rule, counter, 0)] == [1, 2, 3, 4]
+    assert [n for n, _ in table.members.member_numbers(rule, counter, 2)] == [3, 4]
+    assert table.writes.put_void(rule, counter, 5, counter, "r1", [log_put("r1")]) == "written"
     void = {"PK": "User#VOID#users#0000000004", "SK": "VOID"}
     item = deserialize(ddb.get_item(TableName="issues", Key=serialize(void))["Item"])
     assert (item["NumIdentifier"], item["void"]) == (4, True)
-    assert table.member_numbers(rule, counter, 4) == [(5, void)]
-    assert table.member_numbers(rule, counter, 4, voids=False) == []
+    assert table.members.member_numbers(rule, counter, 4) == [(5, void)]
+    assert table.members.member_numbers(rule, counter, 4, voids=False) == []
 
 
 def test_next_free_on_a_number_sort_key_reads_from_the_first_above_the_watermark(
@@ -293,6 +297,6 @@ def test_next_free_on_a_number_sort_key_reads_from_the_first_above_the_watermark
     for n in (1, 2):
         put(ddb, "projects", pk="p1", sk=n)
     rule, counter = sequence(NEXT_ON_A_NUMBER_KEY, "issues"), {"pk": "p1", "sk": "0"}
-    assert [n for n, _ in table.member_numbers(rule, counter, 0)] == [2, 3]
-    assert [n for n, _ in table.member_numbers(rule, counter, 1)] == [2, 3]
-    assert [n for n, _ in table.member_numbers(rule, counter, 2)] == [3]
+    assert [n for n, _ in table.members.member_numbers(rule, counter, 0)] == [2, 3]
+    assert [n for n, _ in table.members.member_numbers(rule, counter, 1)] == [2, 3]
+    assert [n for n, _ in table.members.member_numbers(rule, counter, 2)] == [3]

@@ -318,14 +318,14 @@ def test_records_folded_during_the_recheck_keep_their_own_window(
     checker = rig.reconciler()
     checker.verify_batch([bumped(POST, "likeTally", HOT, HOT + 40)])
     [recheck] = rig.rechecks()
-    recount = checker.table.tally_children
+    recount = checker.table.parents.tally_children
 
     def meanwhile(rule: Any, key: dict[str, str]) -> Any:
         # Half of a like lands in the carry while the recount runs.
         rig.reconciler().verify_batch([like_insert("POST#a91f", "late")])
         return recount(rule, key)
 
-    monkeypatch.setattr(checker.table, "tally_children", meanwhile)
+    monkeypatch.setattr(checker.table.parents, "tally_children", meanwhile)
     checker.recheck(parse_recheck(json.dumps(recheck)))
     carry = rig.store.carries.carry("likes", POST)
     assert carry.remainder == -1 and carry.since > 0
@@ -431,7 +431,7 @@ def test_a_parent_that_never_holds_still_is_deferred_not_judged(
 ) -> None:
     rig.likes("POST#a91f", count=2, tally=5)
     checker = rig.reconciler()
-    original = checker.table.tally_children
+    original = checker.table.parents.tally_children
 
     def busy(rule: Any, key: dict[str, str]) -> Any:
         rig.ddb.update_item(
@@ -442,7 +442,7 @@ def test_a_parent_that_never_holds_still_is_deferred_not_judged(
         )
         return original(rule, key)
 
-    monkeypatch.setattr(checker.table, "tally_children", busy)
+    monkeypatch.setattr(checker.table.parents, "tally_children", busy)
     assert checker.verify_batch([bumped(POST, "likeTally", 4, 5)]) == []
     assert checker.log == [] and checker.stats.deferred == 1
     assert rig.rechecks() == []  # not hammered: the recheck waits out its delay
@@ -461,7 +461,7 @@ def test_a_fenced_repair_never_writes_a_stale_count(
 ) -> None:
     rig.likes("POST#a91f", count=2, tally=5)
     checker = rig.reconciler()
-    original = checker.table.set_counter
+    original = checker.table.writes.set_counter
     outcomes: list[bool] = []
 
     def racing(rule: Any, key: dict[str, str], *args: Any) -> bool:
@@ -478,7 +478,7 @@ def test_a_fenced_repair_never_writes_a_stale_count(
         outcomes.append(original(rule, key, *args))
         return outcomes[-1]
 
-    monkeypatch.setattr(checker.table, "set_counter", racing)
+    monkeypatch.setattr(checker.table.writes, "set_counter", racing)
     checker.verify_batch([bumped(POST, "likeTally", 4, 5)])
     assert outcomes == [False, True]
     assert rig.value(POST, "likeTally") == 3
@@ -599,7 +599,7 @@ def test_what_a_group_did_before_the_table_failed_it_is_counted(
     def throttled(rule: Any, key: dict[str, str]) -> Any:
         raise _throttled("Query")
 
-    monkeypatch.setattr(checker.table, "tally_children", throttled)
+    monkeypatch.setattr(checker.table.parents, "tally_children", throttled)
     assert checker.verify_batch([expired, rogue]) != []
     assert rig.value(user, "activeSessions") == 1  # the decrement was applied
     assert checker.stats.ttl_decrements == 1
@@ -616,7 +616,7 @@ def test_a_parent_checked_before_its_repair_failed_is_counted_checked(
     def throttled(*args: Any, **kwargs: Any) -> Any:
         raise _throttled("TransactWriteItems")
 
-    monkeypatch.setattr(checker.table, "set_counter", throttled)
+    monkeypatch.setattr(checker.table.writes, "set_counter", throttled)
     if path == "stream":
         assert checker.verify_batch([bumped(POST, "likeTally", 4, 5)]) != []
     else:
@@ -636,7 +636,7 @@ def test_a_sequence_checked_before_its_repair_failed_is_counted_checked(
     def throttled(*args: Any, **kwargs: Any) -> Any:
         raise _throttled("TransactWriteItems")
 
-    monkeypatch.setattr(checker.table, "set_counter", throttled)
+    monkeypatch.setattr(checker.table.writes, "set_counter", throttled)
     with pytest.raises(ClientError):
         checker.recheck(Recheck("issue-numbers", PROJECT, 5, "a test"))
     assert (checker.stats.checked, checker.stats.consistent) == (1, 0)
@@ -709,7 +709,9 @@ def test_an_index_sequence_gap_gets_a_void_member_in_the_index(rig: Rig) -> None
     checker.recheck(Recheck("user-numbers", USERS, 3, "unbalanced"))
     [gap] = checker.log
     assert (gap.kind, gap.number) == ("gap", 2)
-    assert [n for n, _ in checker.table.member_numbers(RULES["user-numbers"], USERS, 0)] == [
+    assert [
+        n for n, _ in checker.table.members.member_numbers(RULES["user-numbers"], USERS, 0)
+    ] == [
         1,
         2,
         3,
@@ -724,7 +726,7 @@ def test_a_group_that_cannot_be_read_fails_alone(rig: Rig, monkeypatch: pytest.M
     rig.likes("POST#bad", count=1, tally=4)
     rig.likes("POST#good", count=1, tally=4)
     checker = rig.reconciler()
-    original = checker.table.tally_children
+    original = checker.table.parents.tally_children
 
     def flaky(rule: Any, key: dict[str, str]) -> Any:
         if key["PK"] == "POST#bad":
@@ -732,7 +734,7 @@ def test_a_group_that_cannot_be_read_fails_alone(rig: Rig, monkeypatch: pytest.M
             raise ClientError(error, "Query")
         return original(rule, key)
 
-    monkeypatch.setattr(checker.table, "tally_children", flaky)
+    monkeypatch.setattr(checker.table.parents, "tally_children", flaky)
     bad = {"PK": "POST#bad", "SK": "META"}
     batch = [
         bumped(bad, "likeTally", 3, 4, seq="5000"),

@@ -24,6 +24,7 @@ from tally.reconciler.stats import Done, Outcome
 from tally.reconciler.store.watermarks import Watermarks
 from tally.reconciler.stream.changes import Group
 from tally.reconciler.table.member_reads import MemberReads
+from tally.reconciler.table.parent_reads import ParentReads
 from tally.rules import AttributeMembers, Key, SequenceRule
 
 # Missing runs longer than this are one summarised finding: voiding 10^9 numbers one by
@@ -37,12 +38,13 @@ class Sequences:
 
     def __init__(
         self,
-        table: MemberReads,
+        parents: ParentReads,
+        members: MemberReads,
         store: Watermarks,
         repairer: Repairer,
         followups: Followups,
     ):
-        self._table = table
+        self._parents, self._members = parents, members
         self._store = store
         self._repairer = repairer
         self._followups = followups
@@ -54,7 +56,7 @@ class Sequences:
         return Finding(
             kind=kind,
             rule=rule.name,
-            table=self._table.name,
+            table=self._members.name,
             key=key,
             attribute=rule.counter,
             **fields,
@@ -115,7 +117,7 @@ class Sequences:
             # an earlier life of the key, and the new one's are judged from its own batches.
             recheck = replace(recheck, counter_seen=0, epoch=epoch)
         members = self.member_numbers(rule, key, above=watermark)
-        counter = self._table.read_parent(rule, key)
+        counter = self._parents.read_parent(rule, key)
         consistent = False  # checked from here on; consistent once nothing is found
         try:
             anchor, consistent = self.sequence_anchor(
@@ -192,12 +194,12 @@ class Sequences:
         ``voids=False``: real members only, not the tombstones the reconciler wrote."""
         if isinstance(rule.members, AttributeMembers):
             return self.ledger.members(rule, key, above)
-        return self._table.member_numbers(rule, key, above, voids=voids)
+        return self._members.member_numbers(rule, key, above, voids=voids)
 
     def sequence_horizon(self, rule: SequenceRule, key: Key) -> Any:
         """The sequence's end as of now: its counter, or (no counter) its highest member."""
         if rule.has_counter:
-            return self._table.read_parent(rule, key).counter
+            return self._parents.read_parent(rule, key).counter
         watermark = self._store.watermark(rule.name, key)
         return max((n for n, _ in self.member_numbers(rule, key, watermark)), default=watermark)
 
@@ -206,7 +208,7 @@ class Sequences:
         returns the highest number it dropped (0: none)."""
         counter = dict(rule.parent)
         _, dropped = self.ledger.rebuild(
-            rule, counter, scanned, lambda key: self._table.attribute_number(rule, key)
+            rule, counter, scanned, lambda key: self._members.attribute_number(rule, key)
         )
         if dropped:
             # A number no longer held is judged again, wherever the watermark stood.

@@ -47,12 +47,17 @@ class TableAccess:
     """The main table's client, name and rules, with the reads it cost so far."""
 
     def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
+        self,
+        client: Any,
+        table_name: str,
+        rules: RuleSet,
+        backoff: Backoff | None = None,
+        reads: Reads | None = None,
     ):
         self.client = client
         self.name = table_name
         self.rules = rules
-        self.reads = Reads()
+        self.reads = reads if reads is not None else Reads()  # shared by a table's parts
         self.backoff = backoff or Backoff()
         self._pk = rules.table.partition_key
         self._sk = rules.table.sort_key

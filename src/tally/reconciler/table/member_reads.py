@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally.core.dynamodb import Names, deserialize, serialize
-from tally.reconciler.table.access import BATCH_GET
+from tally.reconciler.table.access import BATCH_GET, TableAccess
 from tally.reconciler.table.parent_reads import ParentReads
 from tally.reconciler.table.void_keys import VOID, index_void_key
 from tally.rules import (
@@ -22,8 +22,13 @@ from tally.rules import (
 Member = tuple[int, Key, bool]
 
 
-class MemberReads(ParentReads):
-    """The numbers a sequence's members hold, and what one member holds now."""
+class MemberReads(TableAccess):
+    """The numbers a sequence's members hold, and what one member holds now; a partition
+    sequence's counter through ``parents``."""
+
+    def __init__(self, access: TableAccess, parents: ParentReads):
+        super().__init__(access.client, access.name, access.rules, access.backoff, access.reads)
+        self._parents = parents
 
     def member_numbers(
         self, rule: SequenceRule, counter_key: Key, above: int, *, voids: bool = True
@@ -101,7 +106,7 @@ class MemberReads(ParentReads):
         Numbers up to the counter are read, then on past it for as long as a hundred
         numbers hold a member: a writer ahead of its counter shows, far strays do not.
         """
-        counter = self.read_parent(rule, counter_key).counter
+        counter = self._parents.read_parent(rule, counter_key).counter
         counted = isinstance(counter, Decimal) and counter.is_finite() and counter > 0
         through = int(counter) if counted else 0
         found: list[Member] = []
