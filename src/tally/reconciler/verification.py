@@ -18,6 +18,7 @@ from tally.reconciler.checks.carry_book import CarryBook, CarryId
 from tally.reconciler.checks.counts import Counts
 from tally.reconciler.checks.followups import Followups
 from tally.reconciler.checks.groups import GroupVerifier
+from tally.reconciler.checks.looks import Looks
 from tally.reconciler.checks.sequences import Sequences
 from tally.reconciler.findings import Finding, Off
 from tally.reconciler.protocol.batching import item_collections
@@ -76,6 +77,7 @@ class Reconciler:
         followups = Followups(reporter, scheduler)
         repairer = Repairer(table.writes, log, standing, outbox, policy, reporter)
         counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
+        self._looks = Looks(counts, table.parents, followups, store.recent)
         sequences = self._sequences = Sequences(
             table.parents, table.members, store.watermarks, repairer, followups
         )
@@ -154,7 +156,7 @@ class Reconciler:
                     return  # nothing left to recount: no read beyond the carry's
             else:
                 # A carry recheck left from before a lag or an index was set is judged as such.
-                self._counts.verify(rule, key, recheck, done)
+                self._looks.verify(rule, key, recheck, done)
         self.flush_alerts()
 
     # --- for the full audit ----------------------------------------------------------------
@@ -163,7 +165,7 @@ class Reconciler:
         """Recount one parent as its stream batch would (an aggregated one: a lag later; one
         whose children are found through an index: confirmed a grace later)."""
         with self._book.counting() as done:
-            self._counts.verify(rule, key, None, done)
+            self._looks.verify(rule, key, None, done)
 
     def schedule_recheck(self, rule: AnyRule, key: Key, counter_seen: int, reason: str) -> None:
         self._scheduler.schedule(rule, key, counter_seen, reason)

@@ -2,16 +2,16 @@
 count or sum the children, read the parent again: an unchanged revision makes the count a
 snapshot; retry, then defer to a recheck), judged against its counter
 (``protocol.judgement``), repaired or reported. Small parents are recounted at once instead
-of carried. TTL expiries are applied as decrements. A counter kept by a stream aggregator is
-judged only after its lag, on an offset that held across the lag, and never repaired."""
+of carried. TTL expiries are applied as decrements. A parent judged a lag or a grace after
+its change is left to a recheck here, and judged by ``looks``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 
 from tally.core.numbers import exact_sum, subtract
-from tally.reconciler.checks.followups import Followups, observation
+from tally.reconciler.checks.followups import Followups
 from tally.reconciler.findings import Finding, Repair, malformed_amount, shown
 from tally.reconciler.protocol import lifecycle, stamps
 from tally.reconciler.protocol.judgement import (
@@ -24,8 +24,7 @@ from tally.reconciler.protocol.judgement import judge as verdict_on
 from tally.reconciler.protocol.lifecycle import Observed
 from tally.reconciler.protocol.repair import never_repaired
 from tally.reconciler.repair.repairer import Repairer
-from tally.reconciler.report.rechecks import MAX_DELAY_SECONDS, Recheck
-from tally.reconciler.report.scheduling import EMPTIED, INDEX_CONFIRM, INDEX_MOVED
+from tally.reconciler.report.scheduling import EMPTIED
 from tally.reconciler.stats import Done, Outcome
 from tally.reconciler.store.recent import RecentChildren
 from tally.reconciler.stream.changes import Group
@@ -37,9 +36,6 @@ from tally.rules import CountRule, Key, SumRule, TallyRule
 # recount (about 3 RCU) costs less than the carry's read, write (1 WCU, priced as 5 RCU) and
 # later recheck, and leaves no state behind.
 SMALL_PARENT = 100
-# Looks a grace apart at a stamped parent whose changes are not all known yet (a child half
-# on its way): after these, each waits twice as long, as at a parent that keeps moving.
-STAMPED_LOOKS = 8
 
 
 @dataclass(frozen=True)
@@ -115,7 +111,7 @@ class Counts:
             if stamps.attested(parent.stamps if parent else (), changes):
                 return Outcome.PROVED  # docs/verification.md, "Changes that attest themselves"
             if parent is not None:
-                state = _state(rule, parent)  # read consistently: the look's reference
+                state = reference_state(rule, parent)  # read consistently: the look's reference
         if state is None and rule.revision is not None:
             # A batch of children only: the parent as it stands, so that a look a grace later
             # may judge it if it held still. An eventually consistent read may answer an
@@ -123,21 +119,9 @@ class Counts:
             # finds it moved and only looks again. (Without a revision an older counter may
             # come back: such a look reads the parent first, and judges a grace later.)
             parent = self._table.read_parent(rule, group.parent_key, consistent=False)
-            state = _state(rule, parent)
+            state = reference_state(rule, parent)
         self._followups.schedule(rule, group.parent_key, 0, reason, delay=delay, reference=state)
         return Outcome.LEFT
-
-    def verify(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
-        """Recount one parent outside a batch (a recheck ``sent`` to it, or the full audit): a
-        counter an aggregator keeps is judged a lag apart, children found through an index a
-        grace apart, any other at once."""
-        observed = sent.observed if sent else None
-        if rule.lag_seconds is not None:
-            self.verify_aggregated(rule, key, observed, done)
-        elif rule.through is not None:
-            self.verify_indexed(rule, key, sent, done)
-        else:
-            self.verify_parent(rule, key, None, done, observed=observed)
 
     def verify_parent(
         self,
@@ -156,7 +140,7 @@ class Counts:
         ``observed``: the orphans an earlier look saw (children without their parent).
         """
         snapshot = self.settled_recount(rule, key, first)
-        finding = self._judged(rule, key, snapshot, group, first_seen, done)
+        finding = self.judged(rule, key, snapshot, group, first_seen, done)
         if snapshot is None or finding is None:
             return
         if finding.kind == "orphans":
@@ -186,7 +170,7 @@ class Counts:
         )
         self._followups.schedule(rule, key, 0, "repair fence failed twice")
 
-    def _judged(
+    def judged(
         self,
         rule: TallyRule,
         key: Key,
@@ -306,227 +290,6 @@ class Counts:
             for child, kind in tally.unreadable:
                 self._followups.alert(malformed_amount(rule, self._table.name, key, child, kind))
 
-    def verify_aggregated(
-        self, rule: TallyRule, key: Key, observed: Observed | None, done: Done
-    ) -> None:
-        """Judge a counter a stream aggregator keeps: a finding only if it held across the lag.
-
-        Whatever deltas were pending at one recount have landed a lag later, so an offset
-        (stored - actual) seen again a lag later, on an unchanged parent, is no lag. An offset
-        that moved was moved by stream records, whose batches recheck it again. Never
-        repaired: a write would race the aggregator's pending deltas.
-        """
-        snapshot = self._observed_recount(rule, key, observed)
-        if snapshot is None:
-            done.append(Outcome.DEFERRED)
-            reason = "parent kept changing during recount"
-            self._followups.schedule(rule, key, 0, reason, observed)
-            return
-        finding = self.finding_of(rule, key, snapshot, None)
-        done.append(Outcome.CONSISTENT if finding is None else Outcome.CHECKED)
-        if finding is None:
-            self._followups.consistent(rule, key)  # a drift that returns is news
-            return
-        seen = observation(finding)
-        if finding.kind != "invalid_counter" and not lifecycle.same(observed, seen):
-            self._followups.unconfirmed(finding)
-            if observed is None or lifecycle.offset(observed) == lifecycle.offset(seen):
-                # First sight, or the offset held while the parent moved: look a lag later.
-                reason = "aggregated counter off after its lag"
-                self._followups.schedule(rule, key, 0, reason, seen)
-            # Otherwise the offset moved, and the records that moved it bring their rechecks.
-            return
-        held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
-        detail = "; ".join(part for part in (finding.detail, held) if part)
-        why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
-        self._followups.skip(replace(finding, detail=detail), why)
-
-    def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
-        """Judge a parent whose children are found through an index, a grace after its change
-        (docs/verification.md, "Children found through an index"): only a parent still in the
-        state it was ``sent`` with (its reference) and unmoved through the look; otherwise it
-        looks again, later each time. A finding stands when the next look sees the same
-        counter and truth (the observation it was sent with); the repair is fenced on the
-        counter and revision that look read, and on the parent existing."""
-        observed = sent.observed if sent else None
-        looks = sent.looks if sent else 0
-        parent = self._table.read_parent(rule, key)
-        state = _state(rule, parent)
-        since = stamps.reference(sent.reference if sent else None)
-        if since is not None and parent.exists and stamps.revision_of(parent.revision) is not None:
-            self._verify_stamped(rule, key, since, parent, done, sent)
-            return
-        if state != (sent.reference if sent else None):
-            # Nothing to judge yet. What was seen of a parent that is gone still holds.
-            done.append(Outcome.LEFT)
-            self._look_again(rule, key, state, observed if not parent.exists else None, looks)
-            return
-        snapshot = self._observed_recount(rule, key, observed, parent)
-        if snapshot is not None and not snapshot.parent.same_as(parent):
-            # It moved during this look: judged from there, later.
-            done.append(Outcome.LEFT)
-            self._look_again(rule, key, _state(rule, snapshot.parent), None, looks)
-            return
-        finding = self._judged(rule, key, snapshot, None, None, done)
-        if snapshot is None or finding is None:
-            return
-        if finding.kind == "orphans":  # a second look of its own, an orphan grace later
-            self._followups.judge_orphans(rule, key, finding, observed)
-            return
-        seen = observation(finding)
-        assert rule.through is not None
-        grace = rule.through.grace_seconds
-        if not lifecycle.held(observed, seen):
-            self._followups.unconfirmed(finding)
-            self._followups.schedule(
-                rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
-            )
-            return
-        held = f"the same counter and truth through index {rule.through.index!r} {grace} s apart"
-        finding = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
-        if not self.repair(rule, key, snapshot, finding):
-            # The parent moved after this recount: look again, from what is there then.
-            self._followups.schedule(rule, key, 0, INDEX_MOVED, delay=grace)
-
-    def _verify_stamped(
-        self,
-        rule: TallyRule,
-        key: Key,
-        since: stamps.Reference,
-        parent: ParentState,
-        done: Done,
-        sent: Recheck | None,
-    ) -> None:
-        """Judge a parent whose writers stamp their changes at a revision it holds, moving or
-        not (docs/verification.md, "Parents that never rest"), when every change since the
-        reference ``since`` is proven known (``_at_revision``): the truth at that revision is
-        the index with the window's notes and the newest change's child as the table holds
-        it. A finding stands when the next such look, a grace later, finds the counter off
-        from the truth by as much (the parent may have moved between); the repair is fenced
-        on the counter and revision that look read. Otherwise (a change still on its way) it
-        looks again a grace later, from the parent as it is then, without waiting in the
-        look (after ``STAMPED_LOOKS`` such looks on end, twice as late each time): a parent
-        is judged only on what is proven, resting or not."""
-        assert rule.through is not None
-        grace = rule.through.grace_seconds
-        observed = sent.observed if sent else None
-        looks = sent.looks if sent else 0
-        snapshot = None
-        settle = self._followups.settle
-        for attempt in range(settle.attempts):
-            if attempt:  # it moved during the reads, by the writers' changes or not: again
-                settle.pause(attempt)
-            revision = stamps.revision_of(parent.revision)
-            # Gone, a change without a stamp, or more than the stamps keep: nothing proven.
-            if (
-                not parent.exists
-                or revision is None
-                or stamps.taken_since(since, revision, parent.stamps) is None
-            ):
-                break
-            snapshot, after = self._at_revision(rule, key, parent, since, confirm=False)
-            if snapshot is not None and self.finding_of(rule, key, snapshot, None) is not None:
-                # Off by the index and the notes: every hit and noted child read from the table.
-                snapshot, after = self._at_revision(rule, key, parent, since, confirm=True)
-            if snapshot is not None or after is None:
-                break  # judged, or not proven (a change still on its way): no use at once
-            parent = after
-        if snapshot is None:
-            done.append(Outcome.LEFT)
-            state = _state(rule, parent)
-            delay = min(grace << max(0, looks + 1 - STAMPED_LOOKS), MAX_DELAY_SECONDS)
-            # What an earlier look saw still stands, for the next look that proves.
-            self._followups.schedule(
-                rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
-            )
-            return
-        finding = self._judged(rule, key, snapshot, None, None, done)
-        if finding is None:
-            return
-        if finding.kind == "orphans":  # a second look of its own, an orphan grace later
-            self._followups.judge_orphans(rule, key, finding, None)
-            return
-        seen = observation(finding)
-        state = _state(rule, snapshot.parent)
-        if not lifecycle.held_offset(observed, seen):
-            self._followups.unconfirmed(finding)
-            self._followups.schedule(
-                rule, key, 0, INDEX_CONFIRM, seen, delay=grace, reference=state
-            )
-            return
-        proof = (
-            f"off by as much at two looks {grace} s apart, every change since revision "
-            f"{since.revision} stamped and known"
-        )
-        finding = replace(finding, detail="; ".join(p for p in (finding.detail, proof) if p))
-        if not self.repair(rule, key, snapshot, finding):
-            # The parent moved after this recount: judged again from where it is then.
-            state = _state(rule, self._table.read_parent(rule, key))
-            self._followups.schedule(rule, key, 0, INDEX_MOVED, seen, delay=grace, reference=state)
-
-    def _at_revision(
-        self,
-        rule: TallyRule,
-        key: Key,
-        parent: ParentState,
-        since: stamps.Reference,
-        *,
-        confirm: bool,
-    ) -> tuple[Snapshot | None, ParentState | None]:
-        """The truth at the revision ``parent`` holds, if every change since ``since`` is
-        known: nothing moved the counter behind the writers' backs, each stamp's child is in
-        the window's notes (read while the parent held), but the newest change's, read from
-        the table. (None, None) when not every change is known; (None, the parent as it
-        was read after) when it moved during the reads."""
-        assert rule.through is not None
-        recent = self._recent.recent_children(rule.name, key, rule.through.window)
-        revision = stamps.revision_of(parent.revision)
-        assert revision is not None
-        taken = stamps.taken_since(since, revision, parent.stamps)
-        newest = self._table.newest_child(rule, parent) if taken else None
-        known = stamps.Known.of(recent)
-        # A stamp younger than half the window has its note still: it must be there.
-        young = self._recent.clock() - rule.through.window / 2
-        offset = stamps.offset_of(parent.counter, parent.stamped_total)
-        if not stamps.proven(
-            since,
-            revision,
-            offset,
-            parent.stamps,
-            known,
-            newest_read=newest is not None,
-            young_since=young,
-        ):
-            return None, None
-        tally = self._table.tally_indexed(
-            rule, key, parent.counter, confirm=confirm, recent=recent, read=newest
-        )
-        after = self._table.read_parent(rule, key)
-        return (Snapshot(after, tally), None) if parent.same_as(after) else (None, after)
-
-    def _observed_recount(
-        self, rule: TallyRule, key: Key, observed: Observed | None, first: ParentState | None = None
-    ) -> Snapshot | None:
-        """A settled recount; through an index, from the index alone, then, only if its finding
-        would stand (the same as ``observed``), again with each hit confirmed in the table."""
-        snapshot = self.settled_recount(rule, key, first, confirm=False)
-        if snapshot is None or rule.through is None:
-            return snapshot
-        finding = self.finding_of(rule, key, snapshot, None)
-        if finding is None or not lifecycle.held(observed, observation(finding)):
-            return snapshot
-        return self.settled_recount(rule, key)
-
-    def _look_again(
-        self, rule: TallyRule, key: Key, state: str, observed: Observed | None, looks: int
-    ) -> None:
-        """Looked at again from ``state``, twice as late each time the parent keeps moving."""
-        assert rule.through is not None
-        delay = min(rule.through.grace_seconds << min(looks, 10), MAX_DELAY_SECONDS)
-        self._followups.schedule(
-            rule, key, 0, INDEX_MOVED, observed, delay=delay, reference=state, looks=looks + 1
-        )
-
     def apply_ttl_expiries(self, rule: TallyRule, group: Group, done: Done) -> None:
         """Rules that treat TTL expiry as a decrement: apply each exactly once."""
         if not group.expiries:
@@ -549,7 +312,9 @@ class Counts:
         group.expiries = []
 
 
-def _state(rule: TallyRule, parent: ParentState) -> str:
+def reference_state(rule: TallyRule, parent: ParentState) -> str:
+    """The parent's state a look is sent with, to judge only a parent that held still (its
+    stamps too, for a rule whose writers stamp: ``Looks`` judges it at a revision)."""
     state = lifecycle.state_of(parent.exists, parent.counter, parent.revision)
     if rule.through is None or rule.through.stamp is None:
         return state
