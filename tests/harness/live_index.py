@@ -910,7 +910,7 @@ class LiveIndexRun:
         ]
         # A quiet followee's edges hold still after its fault: each repair must set it to
         # them (a repair to anything else, even one a later repair undid, is harmful).
-        repairs = Store(self.stack.dynamodb, self.stack.audit_table).repairs()
+        repairs = Store(self.stack.dynamodb, self.stack.audit_table).log.repairs()
         # The hot followee moves all along: each repair must move it by its fault's offset.
         hot = [
             r["before"] - r["after"]

@@ -141,7 +141,7 @@ def test_a_late_and_redelivered_aggregator_raises_nothing(carts: Carts) -> None:
     carts.settle()
 
     assert carts.stack.alerts() == []
-    assert carts.stack.audit.findings() == []
+    assert carts.stack.audit.log.findings() == []
     for cart in ("CART#1", "CART#2", "CART#9"):
         assert carts.total(cart) == carts.truth(cart)
     assert [carts.total(c) for c in ("CART#1", "CART#2", "CART#9")] == [8, 7, 4]

@@ -13,7 +13,7 @@ import pytest
 
 from tally.core.settings import settings
 from tally.reconciler.checks.counts import SMALL_PARENT
-from tally.reconciler.table.tally_table import TallyTable
+from tally.reconciler.table.parent_reads import ParentReads
 from tally.rules import load_rules
 from tally.writers import TallyWriter
 from tests.integration.conftest import RULES_FILE, Stack
@@ -38,13 +38,13 @@ def hot(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     stack.put({**POST, "likeTally": LIKES, "tallyRevision": 1})
     stack.records()  # the seeding is not what is verified
     recounts: list[str] = []
-    recount = TallyTable.tally_children
+    recount = ParentReads.tally_children
 
-    def counted(table: TallyTable, rule: Any, key: dict[str, str]) -> Any:
+    def counted(table: ParentReads, rule: Any, key: dict[str, str]) -> Any:
         recounts.append(key["PK"])
         return recount(table, rule, key)
 
-    monkeypatch.setattr(TallyTable, "tally_children", counted)
+    monkeypatch.setattr(ParentReads, "tally_children", counted)
     yield recounts
 
 

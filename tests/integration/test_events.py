@@ -281,12 +281,12 @@ def check_gap_found(run: Run) -> None:
         assert alert["repair"]["status"] == "applied"
         assert tombstone is not None and tombstone["void"] is True
         # 1..4 are now all accounted for; the next recheck starts after them.
-        assert run.stack.audit.watermark("issue-numbers", COUNTER) == 4
+        assert run.stack.audit.watermarks.watermark("issue-numbers", COUNTER) == 4
     else:
         assert alert["repair"]["status"] == "skipped"
         assert tombstone is None
         # Numbers up to the first gap are settled; the next recheck starts after them.
-        assert run.stack.audit.watermark("issue-numbers", COUNTER) == 2
+        assert run.stack.audit.watermarks.watermark("issue-numbers", COUNTER) == 2
     # A gap never moves the counter.
     assert item(run, COUNTER) == issue_counter(4)
 

@@ -172,7 +172,7 @@ def test_transactional_follows_unfollows_and_moves_raise_nothing_and_write_nothi
     followers.settle()
     assert followers.stack.alerts() == []
     assert [followers.count(u) for u in ("ann", "bob", "cy")] == [0, 0, 1]
-    assert followers.stack.audit.repairs() == []
+    assert followers.stack.audit.log.repairs() == []
 
 
 def test_a_rogue_count_and_an_edge_without_its_count_are_found_and_repaired(
@@ -231,7 +231,7 @@ def test_an_edge_the_index_shows_late_is_no_drift(followers: Followers) -> None:
     followers.lag.hidden.clear()  # the index caught up a grace later
     followers.settle()
     assert followers.stack.alerts() == []
-    assert followers.stack.audit.repairs() == [] and followers.count("ann") == 1
+    assert followers.stack.audit.log.repairs() == [] and followers.count("ann") == 1
 
 
 def test_a_stale_index_entry_is_dropped_by_the_base_read(followers: Followers) -> None:
@@ -247,7 +247,7 @@ def test_a_stale_index_entry_is_dropped_by_the_base_read(followers: Followers) -
     followers.settle()
     assert followers.lag.queries > 0
     assert followers.stack.alerts() == []
-    assert followers.stack.audit.repairs() == [] and followers.count("ann") == 1
+    assert followers.stack.audit.log.repairs() == [] and followers.count("ann") == 1
 
 
 def test_edges_of_a_deleted_followee_are_orphans_and_nothing_is_written(
@@ -265,7 +265,7 @@ def test_edges_of_a_deleted_followee_are_orphans_and_nothing_is_written(
     followers.settle()
     assert kinds(followers.stack.alerts()) == [("orphans", "USER#ann", "skipped")]
     assert followers.stack.item("USER#ann", "PROFILE") is None
-    assert followers.stack.audit.repairs() == []
+    assert followers.stack.audit.log.repairs() == []
 
 
 def line(cart: str, sku: str, quantity: int) -> dict[str, Any]:

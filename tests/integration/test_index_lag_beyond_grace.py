@@ -116,7 +116,7 @@ def test_a_rogue_bump_after_a_follow_the_index_never_shows_is_repaired_to_the_tr
     assert (alert["kind"], alert["repair"]["status"]) == ("drift", "applied")
     assert (Decimal(str(alert["stored"])), Decimal(str(alert["actual"]))) == (6, 3)
     assert followers.count("ann") == 3
-    assert [(r["before"], r["after"]) for r in followers.stack.audit.repairs()] == [(6, 3)]
+    assert [(r["before"], r["after"]) for r in followers.stack.audit.log.repairs()] == [(6, 3)]
 
 
 def a_follow_and_a_rogue_edge_the_index_never_shows(followers: Followers) -> None:
@@ -160,7 +160,7 @@ def test_transactional_writes_the_index_never_shows_raise_nothing_and_write_noth
     followers.lag.stale += [followers.edge("dan", "ann"), followers.edge("eve", "ann")]
     settle(followers, batch_size)
     assert followers.stack.alerts() == []
-    assert followers.stack.audit.repairs() == []
+    assert followers.stack.audit.log.repairs() == []
     assert [followers.count(u) for u in ("ann", "bob")] == [1, 1]
 
 

@@ -119,7 +119,7 @@ class NextFree:
         raise AssertionError("the stream and the recheck queue never went quiet")
 
     def watermark(self) -> int:
-        return self.stack.audit.watermark(RULE, self.layout.counter)
+        return self.stack.audit.watermarks.watermark(RULE, self.layout.counter)
 
     def voids(self) -> list[dict[str, Any]]:
         items = self.stack.dynamodb.scan(TableName=self.stack.table)["Items"]

@@ -251,9 +251,10 @@ def test_an_allocation_between_the_rechecks_reads_is_never_judged(
     for _ in range(3):
         allocator.allocate(PROJECT, strategy="gapless")
     stack.settle()
-    table_cls = type(runtime.reconciler().table)
+    table = runtime.reconciler().table
+    parents_cls, members_cls = type(table.parents), type(table.members)
     reads = {"n": 0}
-    original = table_cls.read_parent
+    original = parents_cls.read_parent
 
     def racing_read(self: Any, rule: Any, key: Any) -> Any:
         state = original(self, rule, key)
@@ -262,15 +263,15 @@ def test_an_allocation_between_the_rechecks_reads_is_never_judged(
             allocator.allocate(PROJECT, strategy="gapless")
         return state
 
-    monkeypatch.setattr(table_cls, "read_parent", racing_read)
-    original_members = table_cls.member_numbers
+    monkeypatch.setattr(parents_cls, "read_parent", racing_read)
+    original_members = members_cls.member_numbers
 
     def racing_members(self: Any, rule: Any, key: Any, above: int, **options: Any) -> Any:
         found = original_members(self, rule, key, above, **options)
         allocator.allocate(PROJECT, strategy="gapless")
         return found
 
-    monkeypatch.setattr(table_cls, "member_numbers", racing_members)
+    monkeypatch.setattr(members_cls, "member_numbers", racing_members)
     runtime.reconciler().recheck(Recheck("issue-numbers", PROJECT, 3, "race"))
     monkeypatch.undo()
     stack.settle()

@@ -165,7 +165,7 @@ def test_a_parent_written_every_moment_is_repaired_to_the_truth_while_the_writes
     assert Decimal(str(alert["stored"])) - Decimal(str(alert["actual"])) == 3
     assert settle(stamped, batch_size) == []
     assert stamped.count("ann") == len(following) and stamped.count("bob") == 1
-    (repair,) = stamped.stack.audit.repairs()
+    (repair,) = stamped.stack.audit.log.repairs()
     assert repair["before"] - repair["after"] == 3
 
 
@@ -216,7 +216,7 @@ def test_an_outsiders_unstamped_follows_in_flight_are_never_judged_by_the_stamps
         assert look(stamped) == []
     assert settle(stamped, batch_size) == []
     assert stamped.count("ann") == len(following)
-    assert stamped.stack.audit.repairs() == []
+    assert stamped.stack.audit.log.repairs() == []
 
 
 @BATCHES
@@ -263,11 +263,11 @@ def test_a_change_whose_child_the_window_has_not_seen_is_waited_for_not_judged(
     held = deliver_all_but(stamped, "USER#eve")
     for _ in range(3):
         assert look(stamped) == []
-    assert stamped.stack.audit.repairs() == []
+    assert stamped.stack.audit.log.repairs() == []
     stamped.stack.deliver(held)
     assert settle(stamped, 1) == []
     assert stamped.count("ann") == 3
-    assert stamped.stack.audit.repairs() == []
+    assert stamped.stack.audit.log.repairs() == []
 
 
 # Found by review: sequences in which a stamped look once judged a parent wrongly.
@@ -294,9 +294,9 @@ def test_two_removals_of_unstamped_children_leave_stamps_no_outsiders_change_can
     stamped.follow("o3", "ann")  # an outsider's transaction, in flight at the look
     stamped.lag.hidden = [edge_key("o3", "ann")]
     assert look(stamped) == []
-    assert stamped.stack.audit.repairs() == []
+    assert stamped.stack.audit.log.repairs() == []
     assert settle(stamped, 1) == []
-    assert stamped.count("ann") == 1 and stamped.stack.audit.repairs() == []
+    assert stamped.count("ann") == 1 and stamped.stack.audit.log.repairs() == []
 
 
 def test_an_outsiders_edge_then_its_count_without_a_revision_is_not_judged_at_once(
@@ -314,7 +314,7 @@ def test_an_outsiders_edge_then_its_count_without_a_revision_is_not_judged_at_on
     stamped.lag.hidden = [edge_key("fay", "ann")]
     assert look(stamped) == []
     assert settle(stamped, 1) == []
-    assert stamped.count("ann") == 2 and stamped.stack.audit.repairs() == []
+    assert stamped.count("ann") == 2 and stamped.stack.audit.log.repairs() == []
 
 
 def test_a_refollow_in_a_later_batch_does_not_keep_a_resting_parent_from_being_judged(
@@ -359,10 +359,10 @@ def test_a_writers_join_pushed_out_of_the_stamps_is_not_judged_short_on_one_look
     stamped.lag.hidden = [edge_key("eve", "ann")]
     held = deliver_all_but(stamped, "USER#eve")
     assert look(stamped) == []
-    assert stamped.stack.audit.repairs() == []
+    assert stamped.stack.audit.log.repairs() == []
     stamped.stack.deliver(held)
     assert settle(stamped, 1) == []
-    assert stamped.count("ann") == 9 and stamped.stack.audit.repairs() == []
+    assert stamped.count("ann") == 9 and stamped.stack.audit.log.repairs() == []
 
 
 def test_a_rogue_delete_that_balances_a_stamped_unfollows_count_is_found(
