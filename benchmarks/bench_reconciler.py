@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
@@ -549,13 +549,21 @@ def many_posts(
 
 
 class NoIO:
-    """Stands in for the table, audit store, alerts and rechecks: any use of it is I/O."""
+    """Stands in for the table, audit store, alerts and rechecks: any use of it, or of one of
+    its parts (handed to the steps when the reconciler is built), is I/O."""
+
+    PARTS: ClassVar[dict[str, set[str]]] = {
+        "table": {"parents", "members", "writes"},
+        "store": {"log", "standing", "outbox", "watermarks", "carries", "recent"},
+    }
 
     def __init__(self, role: str, calls: list[str]):
         self._role = role
         self._calls = calls
 
     def __getattr__(self, name: str) -> Any:
+        if name in self.PARTS.get(self._role, ()):
+            return NoIO(f"{self._role}.{name}", self._calls)
         self._calls.append(f"{self._role}.{name}")
         raise AssertionError(f"I/O on a balanced batch: {self._role}.{name}")
 
