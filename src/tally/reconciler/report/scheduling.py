@@ -21,6 +21,7 @@ CASCADE = "orphans: waiting for a cascade"
 EMPTIED = "emptied: waiting for a cascade"
 INDEX_MOVED = "children found through an index: the parent moved"
 INDEX_CONFIRM = "children found through an index: confirming a grace later"
+AGGREGATED = "aggregated counter unbalanced"
 # Rechecks an inline full audit waits out itself instead of sending them to the queue.
 HELD_BY_AN_INLINE_AUDIT = frozenset({CASCADE, EMPTIED, INDEX_MOVED, INDEX_CONFIRM})
 
@@ -105,22 +106,19 @@ class Scheduler:
         # each change sends a look of its own).
         self._pending = pending
 
-    def look_at_aggregated(
-        self, rule: AnyRule, key: Key, reason: str = "aggregated counter unbalanced"
-    ) -> bool:
+    def look_at_aggregated(self, rule: AnyRule, key: Key) -> None:
         """A plain look at a counter an aggregator keeps, a lag from now, unless one already
-        on its way will read the table as it is now. True if one was sent."""
-        if self._pending is not None:
-            table, looks = self._pending
-            if looks.covering(table, rule.name, key):
-                self._stats().coalesced += 1
-                return False
+        on its way will read the table as it is now."""
         delay = self._delay(rule, 0)
-        self.schedule(rule, key, 0, reason, delay=delay)
-        if self._pending is not None:  # only once it is on the queue
-            table, looks = self._pending
-            looks.sent(table, rule.name, key, delay)
-        return True
+        if self._pending is None:
+            self.schedule(rule, key, 0, AGGREGATED, delay=delay)
+            return
+        table, looks = self._pending
+        if looks.covering(table, rule.name, key):
+            self._stats().coalesced += 1
+            return
+        self.schedule(rule, key, 0, AGGREGATED, delay=delay)
+        looks.sent(table, rule.name, key, delay)  # only once it is on the queue
 
     def schedule(
         self,

@@ -26,8 +26,10 @@ class MemberReads(TableAccess):
     """The numbers a sequence's members hold, and what one member holds now; a partition
     sequence's counter through ``parents``."""
 
-    def __init__(self, access: TableAccess, parents: ParentReads):
-        super().__init__(access.client, access.name, access.rules, access.backoff, access.reads)
+    def __init__(self, parents: ParentReads):
+        super().__init__(
+            parents.client, parents.name, parents.rules, parents.backoff, parents.reads
+        )
         self._parents = parents
 
     def member_numbers(

@@ -26,5 +26,5 @@ class TallyTable(TableAccess):
     ):
         super().__init__(client, table_name, rules, backoff)
         self.parents = ParentReads(client, table_name, rules, self.backoff, self.reads)
-        self.members = MemberReads(self, self.parents)
+        self.members = MemberReads(self.parents)  # on the same client, counting the same reads
         self.writes = FencedWrites(client, table_name, rules, self.backoff, self.reads)
