@@ -68,8 +68,23 @@ def write_posts_with_a_fault_each(stack: Stack) -> None:
         stack.put({"PK": post, "SK": "LIKE#USER#rogue"})
 
 
+def to_the_process() -> None:
+    """As a terminal sends Ctrl-C: to the process, whichever thread the kernel picks."""
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def to_the_sending_thread() -> None:
+    """The kernel's least helpful pick: the thread sending the alert, which may be a worker
+    the main thread is waiting on (a kernel may deliver a process's signal to any thread)."""
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+
 def interrupt_after_alert(
-    number: int, times: int, monkeypatch: pytest.MonkeyPatch, stopping: Pump
+    number: int,
+    times: int,
+    monkeypatch: pytest.MonkeyPatch,
+    stopping: Pump,
+    press: Callable[[], None] = to_the_process,
 ) -> None:
     """SIGINT this process ``times`` times just after the ``number``th alert: mid-handler.
 
@@ -88,12 +103,12 @@ def interrupt_after_alert(
             published += 1
             if published != number:
                 return
-        for press in range(times):
-            if press:
+        for pressed in range(times):
+            if pressed:
                 handled = time.monotonic() + 30
                 while stopping.stop_signal is None and time.monotonic() < handled:
                     time.sleep(0.01)
-            os.kill(os.getpid(), signal.SIGINT)
+            press()
 
     monkeypatch.setattr(AlertPublisher, "send", send_then_interrupt)
 
@@ -102,14 +117,19 @@ def drift_alerts(stack: Stack) -> list[str]:
     return sorted(a["key"]["PK"] for a in stack.alerts() if a["kind"] == "drift")
 
 
+@pytest.mark.parametrize("press", [to_the_process, to_the_sending_thread])
 def test_ctrl_c_twice_abandons_the_batch_and_the_restart_finds_every_fault(
-    stack: Stack, dynamodb_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack: Stack,
+    dynamodb_endpoint: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    press: Callable[[], None],
 ) -> None:
     write_posts_with_a_fault_each(stack)
     checkpoint = Checkpoint(tmp_path / "checkpoint.json", stack.reader.stream_arn)
     first = Reconciler()
     stopped = pump(stack, checkpoint, first, dynamodb_endpoint)
-    interrupt_after_alert(3, times=2, monkeypatch=monkeypatch, stopping=stopped)
+    interrupt_after_alert(3, times=2, monkeypatch=monkeypatch, stopping=stopped, press=press)
     with stopped_by_signals(stopped):
         stopped.until_idle()
     monkeypatch.undo()

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TypeVar
 
 from botocore.exceptions import ClientError
 
@@ -22,6 +23,21 @@ from tally.rules import RuleSet
 VerifyGroup = Callable[[Group, Done], None]
 # Whether a collection reads nothing from the table (every group proves itself).
 NeedsNoTable = Callable[[list[Group]], bool]
+
+T = TypeVar("T")
+
+# Python runs signal handlers in the main thread only, but the kernel may deliver a
+# process's signal (a local pump's Ctrl-C) to any thread, a worker included: the main thread
+# waits on its workers in steps this long, so that it wakes to handle one a worker took.
+SIGNAL_CHECK_SECONDS = 0.1
+
+
+def awaited(future: Future[T]) -> T:
+    """``future``'s result (or what it raised, a timeout of its own included), the waiting
+    thread handling signals meanwhile."""
+    while not future.done():
+        wait([future], timeout=SIGNAL_CHECK_SECONDS)
+    return future.result()
 
 
 @dataclass(frozen=True)
@@ -65,7 +81,8 @@ def confirm_own_writes(
     claims = batch.claims
     if concurrency > 1 and len(claims) > 1:
         with ThreadPoolExecutor(min(concurrency, len(claims)), "confirm") as pool:
-            confirmed = list(pool.map(confirm, claims))
+            futures = [pool.submit(confirm, claim) for claim in claims]
+            confirmed = [awaited(future) for future in futures]
     else:
         confirmed = [confirm(claim) for claim in claims]
     for claim, own in zip(claims, confirmed, strict=True):
@@ -133,7 +150,7 @@ class CollectionRunner:
                 for groups in waiting
             ]
             for future in shares:
-                outcome, stats = future.result()
+                outcome, stats = awaited(future)
                 self._stats.total.merge(stats)
                 yield outcome
         except BaseException:
