@@ -31,6 +31,12 @@ os.environ.setdefault("TALLY_TEMPLATE", str(Path(__file__).parents[1] / "templat
 os.environ.setdefault("POWERTOOLS_SERVICE_NAME", "tally")
 os.environ.setdefault("POWERTOOLS_METRICS_NAMESPACE", "TallyTest")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
+# The CLI's tables are as wide as COLUMNS says, else as wide as a pipe's: the tests read them
+# as a script piping tally would. A terminal may export COLUMNS, and pytest-xdist's workers
+# inherit COLUMNS=80 and LINES=24 from the controller (GNU readline, which pdb imports, sets
+# them in the process environment), so neither reaches the CLI, in process or spawned.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
