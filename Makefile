@@ -7,7 +7,7 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck sam asl deploy-test unit integration test demo demo-under-load bench-writers bench-reconciler bench-live bench-audit invoke clean
+.PHONY: venv install dynamodb-local lint typecheck sam asl deploy-test unit integration check test demo demo-under-load bench-writers bench-reconciler bench-live bench-audit invoke clean
 
 export SAM_CLI_TELEMETRY = 0
 
@@ -57,11 +57,23 @@ asl: $(STAMP) $(ASL_VALIDATOR)
 deploy-test: $(STAMP)
 	$(PY) -m pytest tests/integration/test_deploy.py -q
 
+# Both run their tests in parallel processes (pytest-xdist), whole files to a worker
+# (pyproject.toml). The unit tests compute: a worker a core. The integration tests mostly
+# wait (graces, delays, stacks starting), so they take more workers than cores, each with a
+# DynamoDB Local and a moto server of its own (tests/conftest.py). One DYNAMODB_ENDPOINT
+# would be every worker's, and the local stack's tables have fixed names
+# (tally-local-table), so with one the integration tests run in one process.
+# `make integration INTEGRATION_WORKERS=0` runs them in one process anyway.
+UNIT_WORKERS ?= 2
+INTEGRATION_WORKERS ?= $(if $(EXTERNAL_DDB),0,4)
 unit: $(STAMP)
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit -q -n $(UNIT_WORKERS)
 
 integration: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
-	$(PY) -m pytest tests/integration -q
+	$(PY) -m pytest tests/integration -q -n $(INTEGRATION_WORKERS)
+
+# The edit-test loop: lint, types and the unit tests, in under two minutes on two cores.
+check: lint typecheck unit
 
 test: lint typecheck sam asl unit integration
 

@@ -75,7 +75,12 @@ def _pending_looks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def dynamodb_endpoint() -> Iterator[str]:
-    """Endpoint from DYNAMODB_ENDPOINT, else one DynamoDB Local for the whole run."""
+    """Endpoint from DYNAMODB_ENDPOINT, else one DynamoDB Local for the whole run.
+
+    Under pytest-xdist each worker is a run of its own: its own DynamoDB Local, on a free
+    port, as its own moto server (tests/integration/conftest.py); tests that name their
+    tables alike (the local stack's tally-local-table) never meet another worker's.
+    """
     endpoint = endpoint_from_env()
     if endpoint:
         yield endpoint

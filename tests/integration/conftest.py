@@ -38,6 +38,41 @@ from tests.utils import deserialize, lambda_context, serialize
 
 RULES_FILE = Path(__file__).with_name("rules.toml")
 
+# Under pytest-xdist (`make integration`) whole files go to the workers in collection order
+# (pyproject.toml's --dist=loadfile --no-loadscope-reorder): the files that take longest,
+# as measured on two cores, go first, so the short ones fill in at the end instead of one
+# long file running alone while the other workers wait. Without xdist the order is left as
+# collected.
+SLOWEST_FIRST = (
+    "test_cli.py",
+    "test_adopting_doc.py",
+    "test_iam.py",
+    "test_writers.py",
+    "test_seeds.py",
+    "test_live_index.py",
+    "test_adopting.py",
+    "test_readme.py",
+    "test_local_doc.py",
+    "test_events.py",
+    "test_local_stack.py",
+    "test_writer_api_refusals.py",
+    "test_writers_indexed.py",
+    "test_number_domain.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    here = Path(__file__).parent
+
+    def rank(item: pytest.Item) -> int:
+        if item.path.parent == here and item.path.name in SLOWEST_FIRST:
+            return SLOWEST_FIRST.index(item.path.name)
+        return len(SLOWEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
