@@ -49,7 +49,6 @@ SLOWEST_FIRST = (
     "test_iam.py",
     "test_writers.py",
     "test_seeds.py",
-    "test_live_index.py",
     "test_adopting.py",
     "test_readme.py",
     "test_local_doc.py",

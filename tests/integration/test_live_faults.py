@@ -21,6 +21,10 @@ from tests.integration.conftest import RULES_FILE, Stack
 
 RULES = load_rules(RULES_FILE)
 
+# Writer threads, the pump and the injector race on purpose: it runs alone, after the
+# parallel run, so that the machine's other tests are not among the racers.
+pytestmark = pytest.mark.serial
+
 
 def report(outcome: Outcome, name: str, tmp_path: Path) -> None:
     write_report(outcome, name, tmp_path / "live_faults.json")

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.harness.live import write_report
 from tests.harness.live_index import LiveIndexRun, Outcome, index_stack
+
+# Its index lags by a time measured against the grace: it runs alone, after the parallel run.
+pytestmark = pytest.mark.serial
 
 KINDS = {
     "count/rogue-set",
