@@ -280,6 +280,8 @@ class Deployment:
             )
         if kind == "workgroup":
             return _arn("athena", f"workgroup/{self.ref(logical)}")
+        if kind == "parameter":  # a name with a leading "/" gives one "/" after "parameter"
+            return _arn("ssm", f"parameter/{str(self.ref(logical)).lstrip('/')}")
         raise NotModelled(f"no ARN for a {kind} ({logical})")
 
     # --- intrinsics -------------------------------------------------------------------

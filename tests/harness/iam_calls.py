@@ -190,6 +190,8 @@ def _requests(service: str, operation: str, params: Mapping[str, Any]) -> list[R
         return [("queue", params["QueueUrl"], None, operation, None)]
     if service == "sns" and "TopicArn" in params:
         return [("topic", params["TopicArn"], None, operation, None)]
+    if service == "ssm" and "Name" in params:
+        return [("parameter", params["Name"], None, operation, None)]
     if service == "s3" and "Bucket" in params:
         return [("bucket", params["Bucket"], params.get("Key"), operation, None)]
     if service == "athena" and "WorkGroup" in params:

@@ -278,10 +278,30 @@ def stack(
         dynamodb.delete_table(TableName=name)
 
 
+@pytest.fixture
+def repair_switches(
+    stack: Stack, moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """The stack's repair switches parameter on moto's server, as the template makes it
+    (repairs on, budget 25), read afresh by every invocation (max age 0); its name."""
+    from tally.reconciler.repair.switches import Switches
+
+    name = f"/tally/it-{uuid.uuid4().hex[:8]}/repair-switches"
+    ssm = boto3.client("ssm", endpoint_url=moto_endpoint, region_name="us-east-1")
+    ssm.put_parameter(Name=name, Type="String", Value=Switches(True, False, 25, "").value())
+    monkeypatch.setenv("REPAIR_SWITCHES_PARAMETER", name)
+    monkeypatch.setenv("REPAIR_SWITCHES_MAX_AGE_SECONDS", "0")
+    monkeypatch.setenv("SSM_ENDPOINT", moto_endpoint)
+    _clear_caches()
+    yield name
+    _clear_caches()
+
+
 def _clear_caches() -> None:
     settings.cache_clear()
     runtime.rules.cache_clear()
     runtime._clients.cache_clear()
+    runtime._switch_parameter.cache_clear()
 
 
 @pytest.fixture

@@ -20,9 +20,11 @@ resources of those types are missing. docs/operations.md says where each is chec
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
+import urllib.parse
 import uuid
 import zipfile
 from collections.abc import Callable, Mapping
@@ -37,6 +39,7 @@ from tally.local.functions import parameter_defaults
 from tally.local.pump import Pump
 from tally.local.stream_trigger import MappingSettings
 from tally.local.template import load_template, template_path
+from tally.reconciler.repair.switches import Switches, parse_switches
 from tests.harness.iam import Deployment, NotModelled, expand
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS::")
@@ -463,3 +466,75 @@ def test_the_mappings_are_what_the_pump_emulates(emulated: Emulated) -> None:
     assert rechecks["BatchSize"] == pump.rechecks.batch_size
     # The pump always honours a partial batch response from the recheck handler.
     assert rechecks["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+# --- the repair switches -----------------------------------------------------------------
+
+REPAIRING = {"ReconcilerFunction", "RecheckFunction", "AuditFunction", "AuditCandidatesFunction"}
+
+
+def _documents(emulated: Emulated, role_arn: str) -> list[Any]:
+    """The policy documents the emulated account's IAM holds for a role: its inline policies
+    (moto lists no managed policy attached by CloudFormation: those are read below)."""
+    iam = emulated.clients("iam")
+    role = role_arn.rsplit("/", 1)[-1]
+    return [
+        iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+        for name in iam.list_role_policies(RoleName=role)["PolicyNames"]
+    ]
+
+
+def _managed_document(emulated: Emulated, logical: str) -> Any:
+    iam, arn = emulated.clients("iam"), emulated.physical(logical)
+    version = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
+    return iam.get_policy_version(PolicyArn=arn, VersionId=version)["PolicyVersion"]["Document"]
+
+
+def _ssm_grants(documents: list[Any]) -> list[tuple[str, str, str]]:
+    """(effect, action, resource) of every statement naming SSM (or every action)."""
+    grants = []
+    for document in documents:
+        if isinstance(document, str):  # moto keeps what CloudFormation gave it: JSON, or a repr
+            text = urllib.parse.unquote(document)
+            try:
+                document = json.loads(text)
+            except ValueError:
+                document = ast.literal_eval(text)
+        for statement in _listed(document["Statement"]):
+            for action in _listed(statement.get("Action", [])):
+                if action.startswith("ssm:") or action == "*":
+                    for resource in _listed(statement.get("Resource", [])):
+                        grants.append((statement["Effect"], action, resource))
+    return grants
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def test_the_repair_switches_hold_the_template_s_values_and_only_the_repairing_functions_read_them(
+    emulated: Emulated,
+) -> None:
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in emulated.stack["Outputs"]}
+    name = outputs["RepairSwitchesParameter"]
+    assert name == f"/tally/{emulated.template.stack_name}/repair-switches"
+    value = emulated.clients("ssm").get_parameter(Name=name)["Parameter"]["Value"]
+    # The template's parameter defaults: RepairsEnabled true, DryRun false, RepairBudget 25.
+    assert parse_switches(value, name) == Switches(True, False, 25, name)
+    account = emulated.stack["StackId"].split(":")[4]
+    read = [("Allow", "ssm:GetParameter", f"arn:aws:ssm:us-east-1:{account}:parameter{name}")]
+    # The one grant: in the managed policy the repairing functions' roles carry...
+    assert _ssm_grants([_managed_document(emulated, "ReconcilerPolicy")]) == read
+    other_managed = set(emulated.of_type("AWS::IAM::ManagedPolicy")) - {"ReconcilerPolicy"}
+    assert not _ssm_grants([_managed_document(emulated, m) for m in other_managed])
+    lambda_ = emulated.clients("lambda")
+    carrying = set()
+    for logical, body in emulated.of_type("AWS::Lambda::Function").items():
+        config = lambda_.get_function_configuration(FunctionName=emulated.physical(logical))
+        # ... and no inline policy of any function's role names SSM.
+        assert not _ssm_grants(_documents(emulated, config["Role"])), logical
+        role = emulated.template.resources[body["Properties"]["Role"]["Fn::GetAtt"][0]]
+        if {"Ref": "ReconcilerPolicy"} in role["Properties"].get("ManagedPolicyArns", []):
+            carrying.add(logical)
+            assert config["Environment"]["Variables"]["REPAIR_SWITCHES_PARAMETER"] == name
+    assert carrying == REPAIRING

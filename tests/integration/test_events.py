@@ -96,6 +96,7 @@ class Run:
     stack: Stack
     template: dict[str, Any]
     monkeypatch: pytest.MonkeyPatch
+    switches: str  # the repair switches' parameter (conftest's repair_switches)
     invoked_at: float = 0.0
 
     @property
@@ -107,6 +108,7 @@ class Run:
             "AlertTopic": self.stack.topic_arn,
             "RecheckQueue": self.stack.recheck_queue,
             "AuditDatabase": ATHENA_DATABASE,
+            "RepairSwitches": self.switches,
         }
 
     def invoke(self, logical_id: str, event: dict[str, Any]) -> Any:
@@ -487,13 +489,17 @@ SCENARIOS: dict[str, Scenario] = {
 
 @pytest.mark.parametrize("path", EVENT_FILES, ids=_name)
 def test_event(
-    path: Path, stack: Stack, template: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    path: Path,
+    stack: Stack,
+    repair_switches: str,
+    template: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     scenario = SCENARIOS.get(_name(path))
     assert scenario is not None, f"{path}: add a scenario for it to SCENARIOS"
     for item in scenario.seed:
         stack.put(item)
-    run = Run(stack, template, monkeypatch)
+    run = Run(stack, template, monkeypatch, repair_switches)
     response = run.invoke(path.parent.name, json.loads(path.read_text()))
     scenario.check(run, response)
 

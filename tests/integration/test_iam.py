@@ -172,6 +172,7 @@ def _exportable(rule: Any, rules: RuleSet) -> bool:
 
 def test_bundled_rules_writer_stream_recheck_and_audits(
     stack: Any,
+    repair_switches: str,
     recorder: Recorder,
     evidence: dict[str, list[Call]],
     deployments: dict[str, Deployment],

@@ -37,6 +37,7 @@ EXPORTED = {
     "AWS_ENDPOINT_URL_DYNAMODB_STREAMS",
     "AWS_ENDPOINT_URL_SNS",
     "AWS_ENDPOINT_URL_SQS",
+    "AWS_ENDPOINT_URL_SSM",
     "AWS_DEFAULT_REGION",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
@@ -46,6 +47,7 @@ EXPORTED = {
     "RECHECK_QUEUE_URL",
     "STREAM_FAILURE_QUEUE_URL",
     "ALERT_INBOX_URL",
+    "REPAIR_SWITCHES_PARAMETER",
     "RULES_FILE",
     "SAM_CLI_TELEMETRY",
 }
@@ -132,6 +134,13 @@ def test_the_exports_alone_point_plain_boto3_at_the_stack(
     assert [s["StreamArn"] for s in streams["Streams"]] == [local.table_stream_arn]
     session.client("sns").get_topic_attributes(TopicArn=os.environ["ALERT_TOPIC_ARN"])
     session.client("sqs").get_queue_attributes(QueueUrl=os.environ["ALERT_INBOX_URL"])
+    # The repair switches, as the template's parameters make them: repairs on, budget 25.
+    switches = session.client("ssm").get_parameter(Name=os.environ["REPAIR_SWITCHES_PARAMETER"])
+    assert json.loads(switches["Parameter"]["Value"]) == {
+        "repairs_enabled": True,
+        "dry_run": False,
+        "repair_budget": 25,
+    }
 
 
 def test_up_again_returns_the_running_stack_unchanged(local: LocalStack) -> None:

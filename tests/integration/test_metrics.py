@@ -148,6 +148,7 @@ def sample(path: str) -> dict[str, Any]:
 @pytest.fixture
 def emitted(
     stack: Stack,
+    repair_switches: str,
     template: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -156,7 +157,7 @@ def emitted(
     # As in a CLI process: Powertools was imported before any template environment was set.
     monkeypatch.setattr(metrics, "namespace", None)
     monkeypatch.setattr(metrics, "service", None)
-    run = Run(stack, template, monkeypatch)
+    run = Run(stack, template, monkeypatch, repair_switches)
     for item in [post(100, 6), *likes("7c20", "19ab", "e5b2")]:
         stack.put(item)
     for item in [issue_counter(4), *issues(1, 2, 4), *order("99.00", "20.00", "10.00")]:

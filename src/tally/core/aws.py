@@ -21,6 +21,7 @@ _LOCAL_ENDPOINTS = {
     "dynamodbstreams": "DYNAMODB_ENDPOINT",
     "sns": "SNS_ENDPOINT",
     "sqs": "SQS_ENDPOINT",
+    "ssm": "SSM_ENDPOINT",
 }
 
 

@@ -25,7 +25,13 @@ class Settings(BaseModel):
     stream_failure_queue_url: str | None = Field(default=None, alias="STREAM_FAILURE_QUEUE_URL")
     # The Glue database the export engine's Athena tables live in.
     athena_database: str | None = Field(default=None, alias="ATHENA_DATABASE")
-    # The global kill switch: false stops every repair write; findings still alert.
+    # The repair switches (the kill switch, dry run, the per-invocation budget): an SSM
+    # parameter's, read at run time and kept this many seconds per warm container...
+    repair_switches_parameter: str | None = Field(default=None, alias="REPAIR_SWITCHES_PARAMETER")
+    repair_switches_max_age: int = Field(
+        default=30, ge=0, le=300, alias="REPAIR_SWITCHES_MAX_AGE_SECONDS"
+    )
+    # ... else these (a function run without the template: tests, a plain environment).
     repairs_enabled: bool = Field(default=True, alias="REPAIRS_ENABLED")
     dry_run: bool = Field(default=False, alias="DRY_RUN")
     repair_budget: int = Field(default=25, ge=0, alias="REPAIR_BUDGET")

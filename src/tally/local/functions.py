@@ -180,7 +180,13 @@ def environ(values: Mapping[str, str]) -> Iterator[None]:
     from tally.handlers import writer_api
     from tally.reconciler import runtime
 
-    caches = (settings, runtime.rules, runtime._clients, writer_api._writers)
+    caches = (
+        settings,
+        runtime.rules,
+        runtime._clients,
+        runtime._switch_parameter,
+        writer_api._writers,
+    )
     saved_metrics = metrics.namespace, metrics.service
     with variables(values):
         for cache in caches:

@@ -25,7 +25,7 @@ REGION = "us-east-1"
 ACCESS_KEY_ID = "local"
 SECRET_ACCESS_KEY = "local"
 
-Service = Literal["dynamodb", "dynamodbstreams", "sns", "sqs"]
+Service = Literal["dynamodb", "dynamodbstreams", "sns", "sqs", "ssm"]
 
 
 class LocalStackError(RuntimeError):
@@ -76,6 +76,8 @@ class LocalStack:
     # The rules file the functions load (None: the bundled one) and where the table came from.
     rules_file: str | None = None
     table_source: str = ""
+    # The repair switches' SSM parameter, on moto's server ("" in a stack started before it).
+    repair_switches_parameter: str = ""
 
     def names(self) -> dict[str, str]:
         """Template logical id -> local name, ARN or URL: what ``Ref`` resolves to."""
@@ -87,11 +89,13 @@ class LocalStack:
             "RecheckDeadLetterQueue": self.recheck_dead_letter_queue_url,
             "StreamFailureQueue": self.stream_failure_queue_url,
             "AuditDatabase": ATHENA_DATABASE,
+            "RepairSwitches": self.repair_switches_parameter,
         }
 
     def client(self, service: Service) -> Any:
         """A boto3 client for the service's local endpoint, with the dummy credentials."""
-        endpoint = self.moto_endpoint if service in ("sns", "sqs") else self.dynamodb_endpoint
+        moto = service in ("sns", "sqs", "ssm")
+        endpoint = self.moto_endpoint if moto else self.dynamodb_endpoint
         return local_client(service, endpoint)
 
     def save(self) -> None:
@@ -130,6 +134,7 @@ def env(stack: LocalStack) -> dict[str, str]:
         "AWS_ENDPOINT_URL_DYNAMODB_STREAMS": stack.dynamodb_endpoint,
         "AWS_ENDPOINT_URL_SNS": stack.moto_endpoint,
         "AWS_ENDPOINT_URL_SQS": stack.moto_endpoint,
+        "AWS_ENDPOINT_URL_SSM": stack.moto_endpoint,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
         "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
@@ -139,6 +144,7 @@ def env(stack: LocalStack) -> dict[str, str]:
         "RECHECK_QUEUE_URL": stack.recheck_queue_url,
         "STREAM_FAILURE_QUEUE_URL": stack.stream_failure_queue_url,
         "ALERT_INBOX_URL": stack.alert_inbox_url,
+        "REPAIR_SWITCHES_PARAMETER": stack.repair_switches_parameter,
         # The stack's rules (`up --rules`), else those the template bundles with the functions.
         "RULES_FILE": stack.rules_file or str(bundled_rules(load_template(template_path()))),
     }
@@ -154,6 +160,7 @@ def sam_env(stack: LocalStack) -> dict[str, dict[str, str]]:
         "DYNAMODB_ENDPOINT": stack.dynamodb_endpoint,
         "SNS_ENDPOINT": stack.moto_endpoint,
         "SQS_ENDPOINT": stack.moto_endpoint,
+        "SSM_ENDPOINT": stack.moto_endpoint,
         "ATHENA_DATABASE": ATHENA_DATABASE,
     }
     return {

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from tally.local.functions import bundled_rules
+from tally.local.functions import bundled_rules, parameter_defaults
 from tally.local.stack_record import LocalStack, LocalStackError, local_client
 from tally.local.template import (
     TemplateResourceError,
@@ -30,6 +30,7 @@ from tally.local.template import (
     template_path,
     time_to_live_attribute,
 )
+from tally.reconciler.repair.switches import Switches
 from tally.rules import load_rules
 from tally.rules.live_table import TableShape, schema_problems
 
@@ -43,6 +44,7 @@ ALERT_INBOX = "alert-inbox"
 RECHECK_QUEUE = "rechecks"
 RECHECK_DEAD_LETTER_QUEUE = "rechecks-dead-letter"
 STREAM_FAILURE_QUEUE = "stream-failures"
+REPAIR_SWITCHES = "repair-switches"
 
 # Template properties that map one-to-one onto SNS/SQS attributes.
 _TOPIC_ATTRIBUTES = frozenset({"DisplayName"})
@@ -111,8 +113,8 @@ def create_resources(
     moto_pid: int,
     moto_port: int,
 ) -> LocalStack:
-    """Create the counted table, the template's audit table, topic and queues, and the alert
-    inbox subscribed to the topic."""
+    """Create the counted table, the template's audit table, topic and queues, the alert
+    inbox subscribed to the topic, and the repair switches' parameter."""
     template = load_template(template_path())
 
     def name(suffix: str) -> str:
@@ -151,6 +153,7 @@ def create_resources(
         Endpoint=_queue_arn(sqs, inbox_url),
         ReturnSubscriptionArn=True,
     )["SubscriptionArn"]
+    switches = repair_switches(local_client("ssm", moto_endpoint), template, prefix)
     return LocalStack(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         table_name=name(TABLE),
@@ -170,7 +173,23 @@ def create_resources(
         moto_port=moto_port,
         state_dir=state_dir,
         table_source=counted.source,
+        repair_switches_parameter=switches,
     )
+
+
+def repair_switches(ssm: Any, template: dict[str, Any], prefix: str) -> str:
+    """The repair switches' parameter, named as the template names it (the stack's name is the
+    prefix) and holding what the template's parameters' defaults make it; its name."""
+    defaults = parameter_defaults(template)
+    first = Switches(
+        enabled=defaults.get("RepairsEnabled", "true") == "true",
+        dry_run=defaults.get("DryRun", "false") == "true",
+        budget=int(defaults.get("RepairBudget", "25")),
+        source="template",
+    )
+    name = f"/tally/{prefix}/{REPAIR_SWITCHES}"
+    ssm.put_parameter(Name=name, Value=first.value(), Type="String", Overwrite=True)
+    return name
 
 
 def _existing(client: Any, name: str) -> dict[str, Any] | None:

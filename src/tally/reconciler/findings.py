@@ -98,6 +98,8 @@ class Finding:
     detected_at: str = field(default_factory=lambda: now_iso())
     first_seen: str | None = None
     repair: Repair | None = None
+    # The repair switches as the alert shows them (Switches.as_json), when they were read.
+    switches: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def severity(self) -> Severity:
@@ -145,6 +147,9 @@ class Finding:
     def with_repair(self, repair: Repair) -> Finding:
         return replace(self, repair=repair)
 
+    def with_switches(self, switches: dict[str, Any] | None) -> Finding:
+        return replace(self, switches=switches)
+
     def body(self, alert_id: str | None = None) -> dict[str, Any]:
         """The alert body (JSON), as documented in docs/alerts.md."""
         repair = self.repair or Repair("skipped", "no repair attempted")
@@ -173,6 +178,8 @@ class Finding:
             body["detail"] = self.detail
         if self.first_seen:
             body["first_seen"] = self.first_seen
+        if self.switches is not None:
+            body["switches"] = self.switches
         return body
 
     def subject(self) -> str:

@@ -9,10 +9,12 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 from botocore.config import Config
 
 from tally.core.aws import RETRY_CONFIG, client
-from tally.core.observability import metrics
+from tally.core.observability import logger, metrics
 from tally.core.settings import settings
 from tally.reconciler.checks.carry_book import CarryId
 from tally.reconciler.repair.policy import RepairPolicy
+from tally.reconciler.repair.switch_parameter import SwitchParameter
+from tally.reconciler.repair.switches import Switches
 from tally.reconciler.report.alerts import AlertPublisher
 from tally.reconciler.report.rechecks import RecheckQueue
 from tally.reconciler.report.scheduling import PendingLooks
@@ -41,6 +43,11 @@ _BOUNDED = RETRY_CONFIG.merge(
     )
 )
 _NO_RETRY = _BOUNDED.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
+# The switches' read is short: one that cannot be had fails safe (no repairs) in seconds,
+# and the next invocation tries again.
+_SWITCHES = RETRY_CONFIG.merge(
+    Config(connect_timeout=2, read_timeout=3, retries={"mode": "standard", "total_max_attempts": 2})
+)
 # Hot parents with an open carry, known to this warm container across invocations.
 _OPEN_CARRIES: set[CarryId] = set()
 # Looks at aggregated counters this warm container sent that have not come due.
@@ -56,11 +63,30 @@ def _clients() -> tuple[Any, Any, Any]:
     )
 
 
+@lru_cache(maxsize=4)
+def _switch_parameter(name: str, max_age: int) -> SwitchParameter:
+    """One per warm container: its cache is what keeps the parameter read once per max_age."""
+    return SwitchParameter(name, client("ssm", config=_SWITCHES), max_age)
+
+
+def switches() -> Switches:
+    """The repair switches now: the parameter's (REPAIR_SWITCHES_PARAMETER, kept
+    REPAIR_SWITCHES_MAX_AGE_SECONDS), else the environment's; unreadable: no repairs."""
+    env = settings()
+    if not env.repair_switches_parameter:
+        return Switches(env.repairs_enabled, env.dry_run, env.repair_budget, "environment")
+    read = _switch_parameter(env.repair_switches_parameter, env.repair_switches_max_age).read()
+    if read.unreadable:
+        logger.warning("repair switches unreadable: no repairs", extra=read.as_json())
+    return read
+
+
 def reconciler(
     policy: RepairPolicy | None = None, *, alerting: bool = True, carrying: bool | None = None
 ) -> Reconciler:
     """A fresh Reconciler: its stats and repair budget are per invocation. By default it
-    repairs as the settings say, alerts, and carries unless batches may run concurrently."""
+    repairs as the repair switches say, alerts, and carries unless batches may run
+    concurrently."""
     env = settings()
     dynamodb, sns, sqs = _clients()
     store = Store(dynamodb, env.require("audit_table_name"))
@@ -70,7 +96,7 @@ def reconciler(
         store,
         AlertPublisher(sns, env.require("alert_topic_arn"), store.outbox),
         RecheckQueue(sqs, env.require("recheck_queue_url")),
-        policy or RepairPolicy(env.repairs_enabled, env.dry_run, env.repair_budget),
+        policy or RepairPolicy.of(switches()),
         remind_seconds=env.alert_reminder_hours * 3600,
         carry_seconds=env.carry_seconds,
         open_carries=_OPEN_CARRIES,
@@ -104,6 +130,9 @@ def emit_metrics(verified: Reconciler) -> None:
     ):
         metrics.add_metric(name=name, unit=count, value=value)
     metrics.add_metric(name="RecountCapacity", unit=count, value=float(reads.capacity))
+    # Every invocation says whether it could read the switches (an alarm watches it).
+    unreadable = verified.policy.switches is not None and bool(verified.policy.switches.unreadable)
+    metrics.add_metric(name="RepairSwitchesUnreadable", unit=count, value=int(unreadable))
     metrics.add_metric(
         name="CarryCapacity", unit=count, value=float(verified.store.carries.carry_units)
     )

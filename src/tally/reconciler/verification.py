@@ -72,7 +72,14 @@ class Reconciler:
         )
         log, standing, outbox = store.log, store.standing, store.outbox
         reporter = self._reporter = Reporter(
-            log, standing, outbox, alerts, book, alerting=alerting, remind_seconds=remind_seconds
+            log,
+            standing,
+            outbox,
+            alerts,
+            book,
+            alerting=alerting,
+            remind_seconds=remind_seconds,
+            switches=None if policy.switches is None else policy.switches.as_json(),
         )
         followups = Followups(reporter, scheduler)
         repairer = Repairer(table.writes, log, standing, outbox, policy, reporter)

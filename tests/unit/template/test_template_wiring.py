@@ -322,6 +322,7 @@ def fake_stack(state_dir: Path) -> LocalStack:
         recheck_dead_letter_queue_url="http://127.0.0.1:5001/123456789012/dl",
         stream_failure_queue_url="http://127.0.0.1:5001/123456789012/failures",
         state_dir=state_dir,
+        repair_switches_parameter="/tally/tally-local/repair-switches",
     )
 
 

@@ -25,17 +25,25 @@ def never_repaired(
 
 
 def refusal(
-    rule_name: str, mode: str, *, enabled: bool, dry_run: bool, budget: int, used: int
+    rule_name: str,
+    mode: str,
+    *,
+    enabled: bool,
+    dry_run: bool,
+    budget: int,
+    used: int,
+    switched_by: str = "",
 ) -> tuple[Refused, str] | None:
     """Why the settings refuse a repair the protocol would write, as (status, reason); None
     when it may be written. In this order: the rule's mode, the kill switch, dry run, and
-    the invocation's budget (``used`` of ``budget`` repairs written so far)."""
+    the invocation's budget (``used`` of ``budget`` repairs written so far). ``switched_by``
+    says where the switches were read (a parameter, or why it could not be read)."""
     if mode != "auto":
         return "skipped", f"rule {rule_name!r} repair mode is {mode!r}"
     if not enabled:
-        return "disabled", "repairs are switched off (REPAIRS_ENABLED=false)"
+        return "disabled", f"repairs are switched off ({switched_by or 'REPAIRS_ENABLED=false'})"
     if dry_run:
-        return "dry_run", "dry run (DRY_RUN=true): nothing written"
+        return "dry_run", f"dry run ({switched_by or 'DRY_RUN=true'}): nothing written"
     if used >= budget:
         return "skipped", f"repair budget of {budget} per invocation used up"
     return None

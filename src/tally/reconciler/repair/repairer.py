@@ -121,7 +121,7 @@ class Repairer:
         if verdict is not None:
             self._reporter.alert_unrepaired(finding.with_repair(verdict))
             return None
-        repaired = finding.with_repair(fix)
+        repaired = self._reporter.shown(finding.with_repair(fix))
         marker = f"r:{secrets.token_hex(12)}"
         message = AlertMessage.of(repaired, repaired.alert_id(marker))
         logged = [

@@ -4,6 +4,7 @@ one message per finding, de-duplicated by the finding's identity and outcome."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from tally.reconciler.findings import AlertMessage, Finding, Off, Repair
 from tally.reconciler.report.alerts import AlertPublisher
@@ -17,7 +18,8 @@ from tally.rules import Key
 class Reporter:
     """Alerts findings, keeps what this invocation found (``log``) and every parent it found
     off (``off``, the audit's whole state). ``alerting=False``: an operator's dry run that
-    only shows findings: nothing recorded or sent."""
+    only shows findings: nothing recorded or sent. Every alert shows the repair ``switches``
+    the invocation began with (as ``Switches.as_json`` shows them)."""
 
     def __init__(
         self,
@@ -29,8 +31,10 @@ class Reporter:
         *,
         alerting: bool = True,
         remind_seconds: int = 0,
+        switches: dict[str, Any] | None = None,
     ):
         self._log, self._standing, self._outbox = log, standing, outbox
+        self._switches = switches
         self._alerts = alerts
         self._stats = stats
         self.alerting = alerting
@@ -41,7 +45,7 @@ class Reporter:
     def alert_unrepaired(self, finding: Finding) -> None:
         """Alert a finding whose repair wrote nothing, unless it already stands alerted."""
         repair = finding.repair or Repair("skipped", "no repair attempted")
-        finding = finding.with_repair(repair)
+        finding = self.shown(finding.with_repair(repair))
         if not self.alerting:
             self._count(finding)
             self.off.append(Off(finding, "seen"))  # new or standing: the audit store tells
@@ -59,6 +63,10 @@ class Reporter:
             self._stats().alerts += 1
         else:
             self.off.append(Off(finding, "seen"))
+
+    def shown(self, finding: Finding) -> Finding:
+        """``finding`` as its alert shows it: with the repair switches."""
+        return finding.with_switches(self._switches)
 
     def alert_repaired(self, finding: Finding, message: AlertMessage) -> None:
         """Publish the alert an applied repair committed with it."""
