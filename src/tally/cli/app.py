@@ -29,6 +29,7 @@ from tally.cli.options import (
     segment_count,
     target_options,
 )
+from tally.cli.repairs import register as register_repairs
 from tally.cli.rules import register as register_rules
 from tally.local import dynamodb_local
 
@@ -236,6 +237,7 @@ def _parser() -> argparse.ArgumentParser:
     invoke.set_defaults(run=local_commands.invoke)
 
     register_rules(commands)
+    register_repairs(commands)
 
     from tally.local.examples import EXAMPLES
 

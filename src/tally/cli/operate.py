@@ -35,8 +35,13 @@ def audit(options: argparse.Namespace) -> int:
         export = None
         if options.export is not None:
             export = _read_export(options.export, options.export_of_another_table)
-        # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap.
-        policy = RepairPolicy(enabled=True, dry_run=not options.repair, budget=10**9)
+        # The CLI is an operator's deliberate act: a dry run unless --repair, no budget cap;
+        # but the repair switches are everyone's (an incident's kill switch stops it too).
+        switches = runtime.switches()
+        if options.repair:
+            policy = RepairPolicy(switches.enabled, switches.dry_run, 10**9, switches=switches)
+        else:
+            policy = RepairPolicy(dry_run=True, budget=10**9, switches=switches)
         alerting = options.repair or options.alert
         # A dry run's findings are shown to the operator, not recorded or published.
         reconciler = runtime.reconciler(policy, alerting=alerting)
@@ -63,8 +68,10 @@ def audit(options: argparse.Namespace) -> int:
         findings = reconciler.log
         if options.parent is not None and not findings:
             _parent_exists(rules, options.parent)
+    console.note(f"audit: {switches.describe()}")
     if options.json:
-        print(json.dumps(report.as_json() | {"findings_detail": [f.body() for f in findings]}))
+        detail = {"findings_detail": [f.body() for f in findings], "switches": switches.as_json()}
+        print(json.dumps(report.as_json() | detail))
     else:
         console.print_audit(report.as_json(), findings, options.repair, alerting, report.state)
     return 1 if findings or report.state else 0

@@ -86,6 +86,7 @@ def deployed(stack_name: str) -> dict[str, str]:
         "ALERT_TOPIC_ARN": "AlertTopicArn",
         "RECHECK_QUEUE_URL": "RecheckQueueUrl",
         "STREAM_FAILURE_QUEUE_URL": "StreamFailureQueueUrl",
+        "REPAIR_SWITCHES_PARAMETER": "RepairSwitchesParameter",
     }
     return {variable: found[output] for variable, output in wanted.items() if output in found}
 

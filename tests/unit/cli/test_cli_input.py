@@ -238,6 +238,7 @@ VALID = {
     "example": "social",
     "event": EVENT,
     "out": "OUT",
+    "state": "off",
 }
 
 
