@@ -13,12 +13,14 @@ sampled collection may be cut short; it is left out when others remain.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Literal
+
+import tomlkit
+from tomlkit.items import KeyType, SingleKey, String, StringType, Table, Trivia
 
 from tally.core.dynamodb import serialize
 from tally.core.numbers import exact_sum
@@ -32,6 +34,8 @@ _KIND_ORDER = {"sequence": 0, "count": 1, "sum": 2}  # on a tie: numbering says 
 _SEPARATORS = "#:|/"
 _NUMBERED = re.compile(r"^(.*?)([0-9]+)$")
 _CONFIRMATIONS = 20  # point reads a partition-layout proposal may spend, in pairs
+# What a TOML comment may not hold (TOML 1.0: control characters other than tab).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,11 @@ def suggest(
         (p for p in found if p.agreement >= AGREEMENT),
         key=lambda p: (-p.agreement, -p.held, _KIND_ORDER[p.shape.kind], len(p.shape.span)),
     )
+    return compatible(keys, ranked)
+
+
+def compatible(keys: TableKeys, ranked: Sequence[Proposal]) -> list[Proposal]:
+    """The proposals, best first, that make a valid rules file with those kept before them."""
     accepted: list[Proposal] = []
     for proposal in ranked:
         try:
@@ -318,19 +327,61 @@ def _parent_pattern(parents: Sequence[str], keys: TableKeys) -> str:
 
 
 def render(table: str, sampled: int, keys: TableKeys, proposals: Sequence[Proposal]) -> str:
-    """The proposals as a commented TOML rules file."""
+    """The proposals as a commented TOML rules file, written by tomlkit (any text escaped)."""
     raw = document(keys, proposals)
-    lines = [
-        f"# Proposed by `tally rules suggest` from {sampled} sampled items of table {table}.",
-        "# Each rule is a claim about your writers: review it, then `tally rules check` it.",
-        "",
-        "[table]",
-        *(f"{k} = {_toml(v)}" for k, v in raw["table"].items()),
-    ]
+    file = tomlkit.document()
+    for line in (
+        f"Proposed by `tally rules suggest` from {sampled} sampled items of table {table}.",
+        "Each rule is a claim about your writers: review it, then `tally rules check` it.",
+    ):
+        file.add(tomlkit.comment(line))
+    file.add(tomlkit.nl())
+    # tomlkit keeps a comment above a [[rules]] header at the end of the table before it.
+    above = _section(raw["table"])
+    file.add("table", above)
+    rules = tomlkit.aot()
     for proposal, rule in zip(proposals, raw["rules"], strict=True):
-        lines += ["", f"# {_why(proposal)}", "[[rules]]"]
-        lines += [f"{k} = {_toml(v)}" for k, v in rule.items()]
-    return "\n".join(lines) + "\n"
+        above.add(tomlkit.nl())
+        above.add(tomlkit.comment(_printable(_why(proposal))))
+        above = _section(rule)
+        rules.append(above)
+    file.add("rules", rules)
+    for section in rules:
+        section.trivia.indent = ""  # the blank line goes above the comment, not below it
+    return tomlkit.dumps(file)
+
+
+def _section(values: Mapping[str, Any]) -> Table:
+    """A table whose mappings are written inline, spaced as ``{ PK = "POST#*" }``."""
+    section = tomlkit.table()
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            inline = tomlkit.inline_table()
+            inline.append(None, tomlkit.ws(" "))
+            for name, text in value.items():
+                inline.append(_key(name), _value(text))
+            inline.append(None, tomlkit.ws(" "))
+            value = inline
+        section.add(key, _value(value))
+    return section
+
+
+# tomlkit writes TOML 1.1, whose ESC escape (\e) tomllib (TOML 1.0) refuses: names and key
+# values (any text DynamoDB holds) have it written as \u001b instead.
+def _key(name: str) -> SingleKey:
+    if "\x1b" not in name:
+        return SingleKey(name)
+    return SingleKey(name, KeyType.Basic, original=f'"{_escaped(name)}"')
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, str):
+        return String(StringType.SLB, value, _escaped(value), Trivia())
+    return value
+
+
+def _escaped(text: str) -> str:
+    return "\\u001b".join(tomlkit.string(part).as_string()[1:-1] for part in text.split("\x1b"))
 
 
 def _why(proposal: Proposal) -> str:
@@ -346,12 +397,7 @@ def _why(proposal: Proposal) -> str:
     return f"{shape.counter} equals {what} for {proposal.held} of {len(proposal.parents)} parents"
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_bare(k)} = {_toml(v)}" for k, v in value.items()) + " }"
-    return json.dumps(value)
-
-
-def _bare(key: str) -> str:
-    """A TOML key: bare when it can be, quoted otherwise."""
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key)
+def _printable(text: str) -> str:
+    """Text a TOML comment can hold: its control characters (a newline ends the comment)
+    written as escapes."""
+    return _CONTROL.sub(lambda found: found[0].encode("unicode_escape").decode(), text)

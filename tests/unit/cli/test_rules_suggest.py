@@ -10,11 +10,11 @@ from typing import Any
 
 import boto3
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from tally.cli.rules_suggest import render, suggest
+from tally.cli.rules_suggest import Proposal, Shape, compatible, document, render, suggest
 from tally.core.dynamodb import serialize
 from tally.local.template import create_table_from
 from tally.rules import RuleSet, TableKeys, parse_rules
@@ -194,3 +194,72 @@ def test_whatever_the_items_the_proposals_load_as_a_rules_file(tables: Any) -> N
     if proposals:
         rules = parse_rules(tomllib.loads(render("t", len(items), PK_SK, proposals)))
         assert len(list(rules)) == len(proposals)
+
+
+def test_an_emoji_in_a_prefix_and_an_attribute_name_loads_back_as_it_was_read() -> None:
+    items: list[dict[str, Any]] = []
+    for p in range(10):
+        likes = p % 3 + 1
+        items.append({"PK": f"POST#{p}", "SK": "META", "😀Tally": Decimal(likes)})
+        items += [{"PK": f"POST#{p}", "SK": f"LIKE#😀#USER#{u}"} for u in range(likes)]
+        items += [{"PK": f"POST#{p}", "SK": f"LIKE#👍#USER#{u}"} for u in range(2)]
+    proposals = suggest(None, shape(PK_SK), items, 1000)
+    raw = tomllib.loads(render("t", len(items), PK_SK, proposals))
+    assert raw == document(PK_SK, proposals)
+    assert rule(parse_rules(raw)) == {
+        "kind": "count",
+        "parent": {"PK": "POST#*", "SK": "META"},
+        "children": {"SK": "LIKE#😀#*"},
+        "counter": "😀Tally",
+        "on_ttl_expiry": "alert",
+    }
+
+
+# What DynamoDB stores in a name or a string key: any Unicode scalar value (UTF-8); a key
+# value in a rules file holds no '*' but at its end (a prefix).
+names = st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=12)
+key_texts = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="*"), max_size=12)
+key_numbers = st.integers(0, 10**6).map(str)
+parent_numbers = st.integers(-(10**6), 0).map(str)  # a parent is no child: no positive number
+
+
+@st.composite
+def tables_and_proposals(draw: st.DrawFn) -> tuple[TableKeys, list[Proposal]]:
+    sort_key = draw(st.none() | names)
+    keys = TableKeys(
+        partition_key=draw(names.filter(lambda name: name != sort_key)),
+        sort_key=sort_key,
+        partition_key_type=draw(st.sampled_from(["S", "N"])),
+        **({} if sort_key is None else {"sort_key_type": draw(st.sampled_from(["S", "N"]))}),
+    )
+
+    def values(attribute: str) -> st.SearchStrategy[str]:
+        return key_numbers if keys.numeric(attribute) else key_texts.filter(bool)
+
+    proposals = []
+    for _ in range(draw(st.integers(1, 3))):
+        if sort_key is None:  # suggest's one layout there: members keyed by their number
+            kind, numbered, parent_sk = "sequence", keys.partition_key, None
+        else:
+            kind = draw(st.sampled_from(["count", "sum", "sequence"]))
+            numbered = sort_key
+            parent_sk = draw(parent_numbers if keys.numeric(sort_key) else values(sort_key))
+        span = "" if keys.numeric(numbered) else draw(key_texts)
+        summed = draw(names) if kind == "sum" else None
+        shape_ = Shape(kind, parent_sk, draw(names), span, kind == "sequence", summed)
+        parents = draw(st.lists(values(keys.partition_key), min_size=1, max_size=4))
+        widths = draw(st.lists(st.integers(0, 10**4).map(lambda n: str(n).zfill(3)), max_size=3))
+        proposals.append(Proposal(shape_, parents, len(parents), widths, sort_key is None))
+    return keys, proposals
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.filter_too_much])
+@given(drawn=tables_and_proposals())
+def test_every_suggested_file_loads_back_as_the_rules_it_was_made_from(drawn: Any) -> None:
+    keys, drawn_proposals = drawn
+    proposals = compatible(keys, drawn_proposals)  # what suggest keeps: a valid rules file
+    assume(proposals)
+    raw = tomllib.loads(render("t", 1000, keys, proposals))
+    assert raw == document(keys, proposals)
+    loaded, made = parse_rules(raw), parse_rules(document(keys, proposals))
+    assert (loaded.table, loaded.rules) == (made.table, made.rules)
