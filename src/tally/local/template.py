@@ -4,7 +4,7 @@ tables cannot disagree) or from a rules file's key schema."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,26 +14,6 @@ from tally.rules import IndexMembers, RuleSet, SequenceRule, SumRule, TableKeys,
 from tally.rules.live_table import STREAM_VIEW
 
 TEMPLATE_FILE = "template.yaml"
-
-_TAGS = (
-    "Ref",
-    "Condition",
-    "GetAtt",
-    "Sub",
-    "If",
-    "Equals",
-    "Not",
-    "And",
-    "Or",
-    "Select",
-    "Join",
-    "Split",
-    "FindInMap",
-    "ImportValue",
-    "Base64",
-    "Cidr",
-    "GetAZs",
-)
 
 
 class TemplateNotFoundError(FileNotFoundError):
@@ -73,30 +53,27 @@ _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 
 
 class _CloudFormationLoader(_SafeLoader):  # type: ignore[valid-type,misc]
-    """SafeLoader that turns short-form intrinsic tags into their long form."""
+    """SafeLoader that turns every short-form intrinsic tag into its long form."""
 
 
-def _intrinsic(tag: str) -> Callable[[yaml.SafeLoader, yaml.Node], dict[str, Any]]:
-    key = tag if tag in ("Ref", "Condition") else f"Fn::{tag}"
-
-    def construct(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
-        value: Any
-        if isinstance(node, yaml.ScalarNode):
-            value = loader.construct_scalar(node)
-            if tag == "GetAtt":
-                value = value.split(".", 1)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            assert isinstance(node, yaml.MappingNode)
-            value = loader.construct_mapping(node, deep=True)
-        return {key: value}
-
-    return construct
+def _intrinsic(loader: yaml.SafeLoader, name: str, node: yaml.Node) -> dict[str, Any]:
+    """``!Ref x`` -> ``{"Ref": "x"}``, ``!Name v`` -> ``{"Fn::Name": v}``: any tag, as
+    cfn-lint reads them, so a function CloudFormation adds reads without a change here."""
+    key = name if name in ("Ref", "Condition") else f"Fn::{name}"
+    value: Any
+    if isinstance(node, yaml.ScalarNode):
+        value = loader.construct_scalar(node)
+        if name == "GetAtt":
+            value = value.split(".", 1)  # !GetAtt Resource.Attribute.With.Dots
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        assert isinstance(node, yaml.MappingNode)
+        value = loader.construct_mapping(node, deep=True)
+    return {key: value}
 
 
-for _tag in _TAGS:
-    _CloudFormationLoader.add_constructor(f"!{_tag}", _intrinsic(_tag))
+_CloudFormationLoader.add_multi_constructor("!", _intrinsic)
 
 
 class TemplateError(ValueError):

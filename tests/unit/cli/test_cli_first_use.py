@@ -57,6 +57,20 @@ def test_the_only_table_of_a_template_is_taken(
     assert code == 1 and "not started in this test" in err
 
 
+def test_a_template_with_a_transform_is_read(
+    tmp_path: Path, started: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = (EXAMPLES / "users" / "template.yaml").read_text()
+    transform = "Tags: !Transform {Name: TeamTags, Parameters: {Team: users}}"
+    template = tmp_path / "template.yaml"
+    template.write_text(
+        body.replace("      BillingMode:", f"      {transform}\n      BillingMode:")
+    )
+    code, _, err = tally(capsys, "local", "up", "--template", str(template))
+    assert started["table_id"] == "UsersTable", err
+    assert code == 1 and "not started in this test" in err
+
+
 def test_several_tables_are_listed(
     started: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -47,6 +47,13 @@ def test_the_users_table_with_its_ttl(tmp_path: Path) -> None:
     assert table.kwargs["StreamSpecification"]["StreamViewType"] == "NEW_AND_OLD_IMAGES"
 
 
+def test_a_template_with_a_transform_is_read(tmp_path: Path) -> None:
+    transform = "Tags: !Transform {Name: TeamTags, Parameters: {Team: social}}"
+    path = template(tmp_path, SOCIAL_TABLE.replace("STREAM", f"{STREAM}\n          {transform}"))
+    table = counted_table(SOCIAL_RULES, path, "SocialTable")
+    assert [k["AttributeName"] for k in table.kwargs["KeySchema"]] == ["PK", "SK"]
+
+
 def test_a_table_without_a_stream_is_refused(tmp_path: Path) -> None:
     path = template(tmp_path, SOCIAL_TABLE.replace("STREAM", ""))
     with pytest.raises(LocalStackError, match=r"SocialTable.*\n.*no stream"):
