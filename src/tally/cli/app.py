@@ -12,9 +12,12 @@ the one ``--template`` names. The rules file is ``--rules``, else
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+
+import shtab
 
 import tally.cli.console as console
 import tally.cli.local_commands as local_commands
@@ -22,6 +25,7 @@ import tally.cli.operate as operate
 from tally.cli.options import (
     EPILOG,
     MAX_SEGMENTS,
+    completes,
     key_argument,
     named_file,
     positive_seconds,
@@ -65,12 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     project = argparse.ArgumentParser(add_help=False)
-    project.add_argument(
+    template = project.add_argument(
         "--template",
         type=Path,
         metavar="PATH",
         help="tally's own template: its functions, tables and rules (default: ./template.yaml)",
     )
+    completes(template, shtab.FILE)
 
     def command(name: str, summary: str, *, parents: bool = True) -> argparse.ArgumentParser:
         return commands.add_parser(
@@ -98,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         "template's table, audit table, queues and alert topic; a stack already running is "
         "reused. Prints the variables `tally local env` prints.",
     )
-    up.add_argument(
+    own_template = up.add_argument(
         "--template",
         type=Path,
         dest="table_template",
@@ -106,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the counted table from your own template (default: template.yaml's Table; "
         "with --rules alone, a table with the rules' [table] keys)",
     )
+    completes(own_template, shtab.FILE)
     up.add_argument(
         "--table-id",
         metavar="ID",
@@ -187,13 +193,14 @@ def _parser() -> argparse.ArgumentParser:
         default="scan",
         help="scan the table (read capacity), or query an export with DuckDB (none)",
     )
-    audit.add_argument(
+    export_path = audit.add_argument(
         "--export",
         type=Path,
         metavar="PATH",
         help="with --engine duckdb: the export to audit, or a directory above exports: the "
         "newest of the target's table is audited",
     )
+    completes(export_path, shtab.DIRECTORY)
     audit.add_argument(
         "--export-of-another-table",
         action="store_true",
@@ -205,9 +212,10 @@ def _parser() -> argparse.ArgumentParser:
     audit.set_defaults(run=operate.audit)
 
     export = command("export", "write the table in DynamoDB's export layout")
-    export.add_argument(
+    out = export.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="directory to write it under"
     )
+    completes(out, shtab.DIRECTORY)
     export.add_argument(
         "--segments",
         type=segment_count,
@@ -232,7 +240,8 @@ def _parser() -> argparse.ArgumentParser:
 
     invoke = command("invoke", "invoke a template function in process on the local stack")
     invoke.add_argument("function", help="its logical id in template.yaml, e.g. ReconcilerFunction")
-    invoke.add_argument("event", type=Path, help="an event JSON file, e.g. from events/")
+    event = invoke.add_argument("event", type=Path, help="an event JSON file, e.g. from events/")
+    completes(event, shtab.FILE)
     rules_option(invoke)
     invoke.set_defaults(run=local_commands.invoke)
 
@@ -269,7 +278,25 @@ def _parser() -> argparse.ArgumentParser:
         "--port", type=dynamodb_local.port_number, default=8000, help="with run (default 8000)"
     )
     ddb.set_defaults(run=local_commands.dynamodb_local)
+
+    completion = command(
+        "completion",
+        "print tally's tab completion script for a shell",
+        parents=False,
+    )
+    completion.add_argument(
+        "shell",
+        choices=shtab.SUPPORTED_SHELLS,
+        help="e.g. bash: tally completion bash > ~/.local/share/bash-completion/completions/tally",
+    )
+    completion.set_defaults(run=functools.partial(_completion, parser))
     return parser
+
+
+def _completion(parser: argparse.ArgumentParser, options: argparse.Namespace) -> int:
+    # Generated from the parser itself: a command or option added later completes too.
+    print(shtab.complete(parser, shell=options.shell))
+    return 0
 
 
 def _version() -> str:

@@ -8,7 +8,10 @@ import errno
 import math
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
+
+import shtab
 
 from tally.cli.console import UsageError
 
@@ -22,12 +25,19 @@ def target_options(parser: argparse.ArgumentParser) -> None:
 
 
 def rules_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    rules = parser.add_argument(
         "--rules",
         type=Path,
         metavar="PATH",
         help="the rules file (default: $RULES_FILE, else the local stack's, else the bundled ones)",
     )
+    completes(rules, shtab.FILE)
+
+
+def completes(action: argparse.Action, kind: Mapping[str, object]) -> None:
+    """Tab completion (``tally completion``) offers files (``shtab.FILE``) or directories
+    (``shtab.DIRECTORY``) for ``action``'s value."""
+    action.complete = kind  # type: ignore[attr-defined]
 
 
 def rules_file(options: argparse.Namespace) -> Path | None:

@@ -239,6 +239,7 @@ VALID = {
     "event": EVENT,
     "out": "OUT",
     "state": "off",
+    "shell": "bash",
 }
 
 
