@@ -109,16 +109,21 @@ class Audit:
             # Audit-only: no recount can see it, so it goes straight to the reporter.
             reconciler.alert_unrepaired(unindexed_finding(target, table.name, key, why))
 
-    def check_candidates(self, candidates: Iterable[Candidate], defer: bool) -> None:
-        """The audit query's rows, each through the same path as a scanned candidate."""
+    def check_candidates(
+        self, candidates: Iterable[Candidate], defer: bool, progress: Progress | None = None
+    ) -> None:
+        """The audit query's rows, each through the same path as a scanned candidate;
+        ``progress`` is told each one checked."""
         for candidate in candidates:
             target = self.reconciler.rules[candidate.rule]
             if candidate.problems.get("unindexed"):
                 assert isinstance(target, TallyRule)  # parse_candidate checked it
                 self.check_unindexed(target, candidate.key)
-                continue
-            self.report.parents[target.name] += 1
-            self.check(target, candidate.key, defer, candidate.counter_seen)
+            else:
+                self.report.parents[target.name] += 1
+                self.check(target, candidate.key, defer, candidate.counter_seen)
+            if progress:
+                progress(1)
 
     def finish(self) -> AuditReport:
         """Judge the inline sequences once their horizons are a grace period old, and take

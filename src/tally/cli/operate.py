@@ -45,11 +45,17 @@ def audit(options: argparse.Namespace) -> int:
         alerting = options.repair or options.alert
         # A dry run's findings are shown to the operator, not recorded or published.
         reconciler = runtime.reconciler(policy, alerting=alerting)
+        grace = console.waiting(
+            "audit: parentless children and sequences are judged a grace period later"
+        )
         if export is not None:
             from tally.local.audit_duckdb import DuckDBMissing, duckdb_audit
 
+            def stage(what: str, total: int | None) -> Any:
+                return console.progress(what, total, enabled=not options.json)
+
             try:
-                report = duckdb_audit(reconciler, export, rule=rule)
+                report = duckdb_audit(reconciler, export, rule=rule, stage=stage, sleep=grace)
             except DuckDBMissing as error:
                 raise Failure(str(error)) from None
         else:
@@ -61,9 +67,7 @@ def audit(options: argparse.Namespace) -> int:
                     parent=options.parent,
                     segments=options.segments,
                     progress=advance,
-                    sleep=console.waiting(
-                        "audit: parentless children and sequences are judged a grace period later"
-                    ),
+                    sleep=grace,
                 )
         findings = reconciler.log
         if options.parent is not None and not findings:

@@ -5,18 +5,26 @@ to a temporary directory beyond it, so the audit never holds the table in this p
 The query is the one Athena runs, checked against the table its DDL declares and
 transpiled to DuckDB by sqlglot; a view over the files stands in for that table. The
 candidates it returns take the same path as the scan engine's.
+
+Its stages are told to a ``Stage`` (the command line draws each as a progress bar): the
+query, as DuckDB's own estimate in percent while it reads the export's files, then the
+candidates as each is checked against the live table.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from tally.audit.candidates import Candidate, parse_candidate
 from tally.audit.full_audit import Audit, audited_rules
 from tally.audit.report import AuditReport
+from tally.audit.scan import Progress
 from tally.audit.sql import AuditQuery
 from tally.local.athena_sql import check, to_duckdb
 from tally.local.exports import Export, export_files
@@ -28,6 +36,20 @@ _BATCH = 1000
 # The stand-in for Athena's database and table over the export.
 _DATABASE = "tally_audit"
 _TABLE = "export"
+# How often the query's progress is read while DuckDB runs it.
+_POLL_SECONDS = 0.1
+
+# One stage of a run: what it does and how much there is to do (None: not known
+# beforehand); the stage is told each step done.
+Stage = Callable[[str, int | None], AbstractContextManager[Progress]]
+QUERY_STAGE = "audit: DuckDB queries the export, %"
+CHECK_STAGE = "audit: candidates checked"
+
+
+@contextmanager
+def unseen(what: str, total: int | None) -> Iterator[Progress]:
+    """A stage nobody watches."""
+    yield lambda _: None
 
 
 class DuckDBMissing(RuntimeError):
@@ -41,10 +63,16 @@ def duckdb_audit(
     rule: str | None = None,
     defer_sequences: bool = False,
     memory_limit: str = MEMORY_LIMIT,
+    stage: Stage = unseen,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> AuditReport:
-    """Audit ``export`` with DuckDB; candidates go through the reconciler as the scan's do."""
+    """Audit ``export`` with DuckDB; candidates go through the reconciler as the scan's do.
+
+    ``stage`` is told the query's progress, then each candidate checked; ``sleep`` waits
+    out the sequences' grace period, as the scan engine's does.
+    """
     rules = audited_rules(reconciler, rule)
-    audit = Audit(reconciler, rules, "duckdb")
+    audit = Audit(reconciler, rules, "duckdb", sleep)
     audit.report.export = {
         "id": export.export_id,
         "table_arn": export.table_arn,
@@ -52,9 +80,14 @@ def duckdb_audit(
         "items": export.item_count,
     }
     query = AuditQuery(rules, reconciler.rules.table)
-    audit.check_candidates(
-        candidates(query, export, reconciler.rules, memory_limit), defer_sequences
-    )
+    files = export_files(export)
+    if files:
+        with _connected(memory_limit) as connection:
+            with stage(QUERY_STAGE, 100) as queried:
+                cursor = _queried(connection, query, files, queried)
+            with stage(CHECK_STAGE, None) as checked:
+                found = (parse_candidate(row, reconciler.rules) for row in _rows(cursor))
+                audit.check_candidates(found, defer_sequences, checked)
     return audit.finish()
 
 
@@ -73,7 +106,29 @@ def query_rows(
     the export's data ``files`` (gzipped DynamoDB JSON lines)."""
     if not files:
         return
+    with _connected(memory_limit) as connection:
+        yield from _rows(_queried(connection, query, files, None))
+
+
+@contextmanager
+def _connected(memory_limit: str) -> Iterator[Any]:
+    """A DuckDB connection that spills beyond ``memory_limit`` to a temporary directory."""
     duckdb = _duckdb()
+    with tempfile.TemporaryDirectory(prefix="tally-duckdb-") as spill:
+        config = {
+            "memory_limit": memory_limit,
+            "temp_directory": spill,
+            "preserve_insertion_order": False,
+        }
+        with duckdb.connect(config=config) as connection:
+            yield connection
+
+
+def _queried(
+    connection: Any, query: AuditQuery, files: list[str], progress: Progress | None
+) -> Any:
+    """The cursor of the audit query over ``files``, once DuckDB has run it; ``progress``
+    is told DuckDB's estimate, in percent, while it runs."""
     athena = query.sql(f'"{_DATABASE}"."{_TABLE}"')
     location = os.path.dirname(files[0]) + "/"
     check(
@@ -85,22 +140,43 @@ def query_rows(
         f"read_json([{', '.join(_literal(f) for f in files)}], format='newline_delimited', "
         f"compression='gzip', columns={{'Item': {_literal(query.duckdb_item_type())}}})"
     )
-    with tempfile.TemporaryDirectory(prefix="tally-duckdb-") as spill:
-        config = {
-            "memory_limit": memory_limit,
-            "temp_directory": spill,
-            "preserve_insertion_order": False,
-        }
-        with duckdb.connect(config=config) as connection:
-            connection.execute(f"CREATE SCHEMA {_DATABASE}")
-            connection.execute(
-                f"CREATE VIEW {_DATABASE}.{_TABLE} AS SELECT Item AS item FROM {source}"
-            )
-            cursor = connection.execute(to_duckdb(athena))
-            columns = [d[0] for d in cursor.description]
-            while rows := cursor.fetchmany(_BATCH):
-                for row in rows:
-                    yield dict(zip(columns, row, strict=True))
+    connection.execute(f"CREATE SCHEMA {_DATABASE}")
+    connection.execute(f"CREATE VIEW {_DATABASE}.{_TABLE} AS SELECT Item AS item FROM {source}")
+    sql = to_duckdb(athena)
+    if progress is None:
+        return connection.execute(sql)
+    # DuckDB estimates a running query's progress only with its bar on; it never draws it.
+    connection.execute("SET enable_progress_bar = true")
+    connection.execute("SET enable_progress_bar_print = false")
+    told = 0
+    done = threading.Event()
+
+    def watch() -> None:
+        nonlocal told
+        # DuckDB lets go of the GIL while it runs, and answers query_progress meanwhile.
+        while not done.wait(_POLL_SECONDS):
+            now = min(100, int(connection.query_progress()))  # -1 before it starts
+            if now > told:
+                progress(now - told)
+                told = now
+
+    watcher = threading.Thread(target=watch, name="duckdb-progress", daemon=True)
+    watcher.start()
+    try:
+        cursor = connection.execute(sql)
+    finally:
+        done.set()
+        watcher.join()
+    progress(100 - told)
+    return cursor
+
+
+def _rows(cursor: Any) -> Iterator[dict[str, Any]]:
+    """A cursor's rows as they come (never all at once)."""
+    columns = [d[0] for d in cursor.description]
+    while rows := cursor.fetchmany(_BATCH):
+        for row in rows:
+            yield dict(zip(columns, row, strict=True))
 
 
 def _duckdb() -> Any:
