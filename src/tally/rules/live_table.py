@@ -211,6 +211,9 @@ def sample(client: Any, table_name: str, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` items in scan order: whole item collections, but for the last one."""
     items: list[dict[str, Any]] = []
     request: dict[str, Any] = {"TableName": table_name}
+    # By hand, not a paginator: each request's Limit is the items still missing, so the
+    # scan reads (and is billed for) no item past the sample; a paginator asks every page
+    # for the same Limit and drops the surplus.
     while len(items) < limit:
         response = client.scan(**request, Limit=limit - len(items))
         items += [deserialize(raw) for raw in response.get("Items", [])]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -116,27 +117,36 @@ def test_findings_come_back_newest_first_with_parsed_bodies(store: Store) -> Non
     assert store.log.findings("orphans") == []
 
 
-class OnePerPage:
-    """The client, but every Scan page holds one item: pagination must be followed."""
+@contextmanager
+def pages_of(client: Any, size: int, operation: str) -> Iterator[list[dict[str, Any]]]:
+    """Every ``operation`` (Scan, Query) page holds at most ``size`` items, whether the
+    code pages by hand or with a paginator; yields the requests as the code made them."""
+    sent: list[dict[str, Any]] = []
 
-    def __init__(self, client: Any):
-        self.client = client
+    def small(params: dict[str, Any], **_: Any) -> None:
+        sent.append(dict(params))
+        params["Limit"] = size
 
-    def scan(self, **request: Any) -> Any:
-        return self.client.scan(Limit=1, **request)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.client, name)
+    event = f"before-parameter-build.dynamodb.{operation}"
+    client.meta.events.register(event, small)
+    try:
+        yield sent
+    finally:
+        client.meta.events.unregister(event, small)
 
 
 def test_findings_and_repairs_follow_scan_pages(client: Any, clock: Clock) -> None:
-    store = Store(OnePerPage(client), TABLE, clock)
+    store = Store(client, TABLE, clock)
     for stored in range(6, 10):
         record(store, drift(stored, 5))
         record_repair(store, drift(stored, 5), Repair("skipped", "alert-only"))
 
-    assert sorted(f["stored"] for f in store.log.findings()) == [6, 7, 8, 9]
-    assert len(store.log.repairs()) == 4
+    with pages_of(client, 1, "Scan") as sent:
+        assert sorted(f["stored"] for f in store.log.findings()) == [6, 7, 8, 9]
+        read = len(sent)
+        assert len(store.log.repairs()) == 4
+    assert read > 4 and len(sent) - read > 4  # a page per item of the table, at least
+    assert all(request["ConsistentRead"] for request in sent)
 
 
 def alert(store: Store, finding: Finding, remind: int = 0) -> bool:
@@ -186,6 +196,20 @@ def test_a_pending_alert_is_leased_to_one_publisher_at_a_time(store: Store, cloc
     clock.now += LEASE_SECONDS + 1
     assert store.outbox.pending_alerts() == []
     assert store.outbox.lease_alert("a1") is False
+
+
+def test_pending_alerts_follow_query_pages_and_stop_once_the_limit_is_in_hand(
+    store: Store, client: Any, clock: Clock
+) -> None:
+    for n in range(1, 6):
+        assert store.outbox.enqueue([store.outbox.outbox_put(AlertMessage(f"a{n}", "s", "{}", {}))])
+    clock.now += LEASE_SECONDS + 1
+    with pages_of(client, 2, "Query") as sent:
+        assert [a["SK"] for a in store.outbox.pending_alerts(3)] == ["a1", "a2", "a3"]
+        assert len(sent) == 2  # the third page is never asked for
+        assert [a["SK"] for a in store.outbox.pending_alerts()] == ["a1", "a2", "a3", "a4", "a5"]
+    assert len(sent) >= 2 + 3
+    assert all(request["ConsistentRead"] for request in sent)
 
 
 def test_the_watermark_only_moves_forward(store: Store) -> None:
@@ -312,6 +336,13 @@ def test_recent_index_children_are_read_back_within_their_window_only(client: An
         return sorted(store.recent.recent_children(rule, parent, 900), key=lambda n: n.key["PK"])
 
     assert recent() == [Noted(dan, "1000", False), Noted(eve, "7", True), Noted(fay, "1200", None)]
+    with pages_of(client, 1, "Query") as sent:
+        assert recent() == [
+            Noted(dan, "1000", False),
+            Noted(eve, "7", True),
+            Noted(fay, "1200", None),
+        ]
+    assert len(sent) >= 3 and all(request["ConsistentRead"] for request in sent)
     assert recent(parent=bob) == [] and recent(rule="likes") == []
     store.recent.remember_children(
         "followers", ann, [Noted(dan, "950", True)], 900

@@ -167,10 +167,5 @@ class FindingLog(StorePart):
             request["FilterExpression"] += " AND #kind = :kind"
             request["ExpressionAttributeNames"] = {"#kind": "kind"}
             request["ExpressionAttributeValues"] |= serialize({":kind": kind})
-        items: list[dict[str, Any]] = []
-        while True:
-            response = self.client.scan(**request)
-            items += [deserialize(item) for item in response.get("Items", [])]
-            if "LastEvaluatedKey" not in response:
-                return items
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        pages = self.client.get_paginator("scan").paginate(**request)
+        return [deserialize(item) for page in pages for item in page.get("Items", [])]

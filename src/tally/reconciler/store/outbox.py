@@ -50,14 +50,11 @@ class AlertOutbox(StorePart):
             "ExpressionAttributeValues": serialize({":pk": OUTBOX_PK, ":now": int(self.clock())}),
             "ConsistentRead": True,
         }
-        found: list[dict[str, Any]] = []
-        while len(found) < limit:
-            response = self.client.query(**request)
-            found += [deserialize(item) for item in response.get("Items", [])]
-            if "LastEvaluatedKey" not in response:
-                break
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-        return found[:limit]
+        # MaxItems: no page is asked for once ``limit`` alerts are in hand.
+        pages = self.client.get_paginator("query").paginate(
+            **request, PaginationConfig={"MaxItems": limit}
+        )
+        return [deserialize(item) for page in pages for item in page.get("Items", [])]
 
     def lease_alert(self, alert_id: str) -> bool:
         """Take a pending alert over for publishing; False when another publisher holds it."""

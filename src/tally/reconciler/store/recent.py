@@ -100,9 +100,8 @@ class RecentChildren(StorePart):
         }
         since = self.clock() - window
         notes: list[Noted] = []
-        while True:
-            response = self.client.query(**request)
-            for raw in response.get("Items", []):
+        for page in self.client.get_paginator("query").paginate(**request):
+            for raw in page.get("Items", []):
                 item = deserialize(raw)
                 if item.get("at", 0) < since:  # TTL deletes late: the window is told here
                     continue
@@ -116,9 +115,7 @@ class RecentChildren(StorePart):
                         _tokens(item),
                     )
                 )
-            if "LastEvaluatedKey" not in response:
-                return notes
-            request["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return notes
 
 
 def _tokens(item: Mapping[str, Any]) -> tuple[str, ...]:
