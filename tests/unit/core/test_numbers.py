@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tally.audit.scan import _disagrees, _tally
 from tally.audit.sql import AuditQuery
-from tally.core.dynamodb import Deserializer
+from tally.core.dynamodb import Deserializer, deserialize, serialize
 from tally.core.numbers import (
     DYNAMODB,
     Unrepresentable,
@@ -41,6 +41,7 @@ from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import load_rules
 from tally.writers.errors import InvalidCounterError
+from tally.writers.transactions import read_item
 from tests.utils import write_aws_export
 
 RULES = load_rules(Path(__file__).parents[2] / "integration" / "numbers_rules.toml")
@@ -379,6 +380,33 @@ def test_a_number_dynamodb_cannot_hold_is_refused_by_the_reader(text: str) -> No
 def test_1e38_written_out_is_read_as_1e38() -> None:
     assert str(parse("1" + "0" * 38)) == "1E+38"
     assert str(parse("-" + "9" * 38 + "0" * 88)) == "-9.9999999999999999999999999999999999999E+125"
+
+
+@given(domain_numbers())
+@settings(max_examples=300, deadline=None)
+def test_the_one_reader_reads_a_number_whole_wherever_it_sits(text: str) -> None:
+    """core.dynamodb's Deserializer is the only TypeDeserializer subclass: the writers'
+    ``read_item`` (which once had its own, for 1E+40 written out as 41 digits) and the
+    stream's images both read through it. A number, alone, in a set, a map or a list, is
+    one Decimal."""
+    raw = {
+        "n": {"N": text},
+        "ns": {"NS": [text]},
+        "m": {"M": {"n": {"N": text}}},
+        "l": {"L": [{"N": text}]},
+    }
+    item = read_item(raw)
+    assert item is not None
+    value = item["n"]
+    assert isinstance(value, Decimal) and ref_equal(_as_int(str(value)), _as_int(text))
+    assert item == {"n": value, "ns": {value}, "m": {"n": value}, "l": [value]} == deserialize(raw)
+
+
+@pytest.mark.parametrize("text", ["1" + "0" * 40, "-" + "9" * 38 + "0" * 88])
+def test_a_large_number_written_out_is_read_so_it_goes_back_in_a_fence(text: str) -> None:
+    item = read_item({"n": {"N": text}, "ns": {"NS": [text, "1"]}})
+    assert item is not None
+    assert deserialize(serialize(item)) == item  # boto3's serializer refused 41 digits
 
 
 @pytest.mark.parametrize(
