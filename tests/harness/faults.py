@@ -256,3 +256,52 @@ class Outage:
 
     def heal(self) -> None:
         self.client.meta.events.unregister(self.event, self._before_send)
+
+
+class Refused:
+    """Every attempt at one operation answered with the same error, never sent: the attempts
+    (botocore's retries included) are counted, botocore's backoff sleeps skipped.
+
+        with Refused(client, "TransactWriteItems", "TransactionInProgressException") as refused:
+            ...
+        refused.attempts
+
+    ``fields`` are the error's modelled members (``CancellationReasons``); ``status`` its HTTP
+    status. JSON protocols only (DynamoDB).
+    """
+
+    def __init__(
+        self, client: Any, operation: str, code: str, status: int = 400, **fields: Any
+    ) -> None:
+        self.client = client
+        self.body = json.dumps({"__type": code, "message": f"refused: {code}", **fields})
+        self.status = status
+        self.attempts = 0
+        service = client.meta.service_model.service_id.hyphenize()
+        self.event = f"before-send.{service}.{operation}"
+        self._patch: Any = None
+
+    def __enter__(self) -> Refused:
+        self.client.meta.events.register(self.event, self._before_send)
+        self._patch = mock.patch("botocore.endpoint.time", _Unslept())
+        self._patch.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.client.meta.events.unregister(self.event, self._before_send)
+        self._patch.stop()
+
+    def _before_send(self, request: AWSPreparedRequest, **_: Any) -> AWSResponse:
+        self.attempts += 1
+        headers = {"Content-Type": "application/x-amz-json-1.0"}
+        return AWSResponse(request.url, self.status, headers, _Raw(self.body.encode()))
+
+
+class _Unslept:
+    """``time`` as botocore.endpoint sees it, minus the retry backoff sleep."""
+
+    def sleep(self, seconds: float) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)

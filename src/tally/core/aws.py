@@ -8,8 +8,10 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-# Standard mode retries throttling and transient errors with jittered backoff; transaction
-# cancellations are not retried here: the writers decode them per item.
+# Standard mode retries throttling and transient errors with jittered backoff, and a
+# transaction whose token is still in progress (TransactionInProgressException); transaction
+# cancellations are not retried here: ``dynamodb.transact`` decodes them per item and retries
+# the transient ones (TransactionConflict, ThrottlingError) itself.
 RETRY_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=64)
 
 

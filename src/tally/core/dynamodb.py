@@ -135,9 +135,14 @@ def transact(
             code = error.response["Error"]["Code"]
             if reasons and any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
                 raise Cancelled(reasons, attempt) from error
-            retryable = code == "TransactionInProgressException" or (
-                reasons and {r.get("Code") for r in reasons} <= _TRANSIENT | {"None"}
-            )
+            # One layer owns each retry. botocore, in every retry mode, resends a refused
+            # request (TransactionInProgressException, the request throttled, 5xx, the
+            # network) up to its max_attempts, and never a TransactionCanceledException (no
+            # retry code of its, not modelled retryable). So this loop retries only a
+            # cancellation whose every reason is transient, and never resends what botocore
+            # gave up on: a conflict costs ``backoff.attempts`` sends at most, a token still
+            # in progress botocore's max_attempts, never the two multiplied.
+            retryable = bool(reasons) and {r.get("Code") for r in reasons} <= _TRANSIENT | {"None"}
             if not retryable or attempt == backoff.attempts:
                 raise TransactionFailedError(reasons or [{"Code": code}], attempt) from error
             backoff.pause(attempt)

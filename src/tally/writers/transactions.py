@@ -21,8 +21,9 @@ def new_token() -> str:
     """A ``ClientRequestToken`` for one transaction body.
 
     Fresh per body, so a repeat of a request is a new request that reports what it did; shared
-    by every resend of that body (botocore's retries after a lost response, and ours after
-    ``TransactionInProgress``), so a resend of a committed body is a replay, never a second write.
+    by every resend of that body (botocore's retries after a lost response or
+    ``TransactionInProgress``, and ours after a conflict), so a resend of a committed body is a
+    replay, never a second write.
     """
     return str(uuid.uuid4())
 
