@@ -57,8 +57,9 @@ asl: $(STAMP) $(ASL_VALIDATOR)
 deploy-test: $(STAMP)
 	$(PY) -m pytest tests/integration/test_deploy.py -q
 
-# Both run their tests in parallel processes (pytest-xdist), whole files to a worker
-# (pyproject.toml). The unit tests compute: a worker a core. The integration tests mostly
+# Both run their tests in parallel processes (pytest-xdist). The unit tests compute: a worker
+# a core, test by test (they share nothing between tests: about 20 s sooner than whole files).
+# The integration tests go whole files to a worker (pyproject.toml). The integration tests mostly
 # wait (graces, delays, stacks starting), so they take more workers than cores, each with a
 # DynamoDB Local and a moto server of its own (tests/conftest.py). One DYNAMODB_ENDPOINT
 # would be every worker's, and the local stack's tables have fixed names
@@ -69,7 +70,7 @@ deploy-test: $(STAMP)
 UNIT_WORKERS ?= 2
 INTEGRATION_WORKERS ?= $(if $(EXTERNAL_DDB),0,4)
 unit: $(STAMP)
-	$(PY) -m pytest tests/unit -q -n $(UNIT_WORKERS)
+	$(PY) -m pytest tests/unit -q -n $(UNIT_WORKERS) --dist load
 
 integration: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
 	$(PY) -m pytest tests/integration -q -n $(INTEGRATION_WORKERS) -m "not serial"
