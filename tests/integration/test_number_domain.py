@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,28 @@ def test_a_text_amount_on_a_child_is_a_malformed_finding_naming_key_and_attribut
         assert (report.recounted, log) == (1, [])  # judged again, standing: not news
     assert stack.alerts() == []
     assert balance(stack, "ACCOUNT#1") == n("5")
+
+
+@pytest.mark.parametrize("revision", [None, "4"])
+def test_a_null_counter_reads_as_0_and_is_repaired_over_once(
+    numbers: Stack, revision: str | None
+) -> None:
+    """A foreign writer's NULL counter counts as an absent one (0): its drift is repaired over
+    it, fenced on the counter still being absent or NULL. (Fenced on absent alone, the fence
+    failed at every attempt and each recheck scheduled the next, for ever.)"""
+    stack = numbers
+    extra = {"tallyRevision": n(revision)} if revision else {}
+    raw_put(stack, {"PK": s("ACCOUNT#9"), "SK": s("META"), "balance": {"NULL": True}, **extra})
+    for entry in ("ENTRY#1", "ENTRY#2"):
+        raw_put(
+            stack, {"PK": s("ACCOUNT#9"), "SK": s(entry), "amount": n("-920000000000000000000")}
+        )
+    stack.settle()
+    alerts = stack.alerts()
+    assert [(a["kind"], a["repair"]["status"]) for a in alerts] == [("drift", "applied")]
+    assert alerts[0]["stored"] is None and alerts[0]["actual"] == -1840000000000000000000
+    parent = stack.item("ACCOUNT#9", "META")
+    assert parent is not None and parent["balance"] == Decimal("-1.84E+21")
 
 
 def test_a_text_revision_on_a_parent_is_a_finding_and_audit_repair_goes_on(

@@ -53,6 +53,9 @@ class FencedWrites(TableAccess):
         values: dict[str, Any] = {":value": value, ":marker": marker}
         if verified.counter is not ABSENT:
             values[":stored"] = verified.counter
+        else:  # a NULL counter reads as absent (0), as judged: either may still stand
+            fences[-1] = f"{fences[-1]} OR attribute_type({names[rule.counter]}, :null)"
+            values[":null"] = "NULL"
         update = f"SET {names[rule.counter]} = :value, {names[REPAIR_MARKER]} = :marker"
         if rule.revision:
             fences.append(_fence(names[rule.revision], ":revision", verified.revision))
