@@ -46,7 +46,23 @@ class Deserializer(TypeDeserializer):
         return {parse(v) for v in value}
 
 
-_SERIALIZER = TypeSerializer()
+class Serializer(TypeSerializer):
+    """boto3's serializer, writing every number DynamoDB holds.
+
+    boto3 checks a number in a context whose smallest exponent is -128: a 38-digit number
+    just above 1E-130 (which DynamoDB holds, and a foreign writer may have written) raises
+    Underflow there. Here the check is DynamoDB's own domain (core.numbers); a number outside
+    it, or one that would lose a digit, still raises.
+    """
+
+    def _serialize_n(self, value: Any) -> str:
+        number = str(DYNAMODB.create_decimal(value))
+        if number in ("Infinity", "NaN", "-Infinity", "sNaN"):
+            raise TypeError("Infinity and NaN not supported")
+        return number
+
+
+_SERIALIZER = Serializer()
 _DESERIALIZER = Deserializer()  # numbers read exactly, 1E+38 and up included
 # Cancellation codes that say "try the same thing again", not "your condition failed".
 _TRANSIENT = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
