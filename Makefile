@@ -7,7 +7,7 @@ EXTERNAL_DDB = $(DYNAMODB_ENDPOINT)$(AWS_ENDPOINT_URL_DYNAMODB)
 
 # `make test` runs its steps in order and stops at the first failure, even under -j.
 .NOTPARALLEL:
-.PHONY: venv install dynamodb-local lint typecheck sam asl deploy-test unit integration check test demo demo-under-load bench-writers bench-reconciler bench-live bench-audit invoke clean
+.PHONY: venv install dynamodb-local lint typecheck sam asl deploy-test unit integration live check test demo demo-under-load bench-writers bench-reconciler bench-live bench-audit invoke clean
 
 export SAM_CLI_TELEMETRY = 0
 
@@ -66,7 +66,7 @@ deploy-test: $(STAMP)
 # (tally-local-table), so with one the integration tests run in one process.
 # `make integration INTEGRATION_WORKERS=0` runs them in one process anyway. The live tests
 # (marked serial: writer threads, the pump and an injector racing, an index lag measured
-# against a grace) run after the others, alone, as the CI has always run them.
+# against a grace) are `make live`'s, alone, in one process; CI runs both (.ci/run).
 UNIT_WORKERS ?= 2
 INTEGRATION_WORKERS ?= $(if $(EXTERNAL_DDB),0,4)
 unit: $(STAMP)
@@ -74,6 +74,9 @@ unit: $(STAMP)
 
 integration: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
 	$(PY) -m pytest tests/integration -q -n $(INTEGRATION_WORKERS) -m "not serial"
+
+# The live tests, alone (about a minute and a half): nothing else on the machine races them.
+live: $(STAMP) $(if $(EXTERNAL_DDB),,dynamodb-local)
 	$(PY) -m pytest tests/integration -q -m serial
 
 # The edit-test loop: lint, types and the unit tests, about two minutes on two cores (the unit
