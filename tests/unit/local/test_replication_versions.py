@@ -145,6 +145,18 @@ def test_a_region_whose_clock_runs_ahead_wins_over_later_writes() -> None:
     assert {r.items()[key_of(POST)]["likeTally"] for r in regions.replicas.values()} == {1}
 
 
+def test_a_write_over_a_version_from_a_clock_running_ahead_is_stamped_after_it() -> None:
+    """Else the writing Region keeps its own version while the others keep the one it
+    replaced, for ever (found by the property below)."""
+    regions = Replication([US, EU], skew={US: 2})
+    regions.write(US, POST, post(1), at=0)  # stamped 2 by US's clock
+    regions.settle()
+    mine = regions.write(EU, POST, post(2), at=1)  # EU's clock says 1
+    assert mine.stamp > Stamp(2, US)
+    regions.settle()
+    assert {r.items()[key_of(POST)]["likeTally"] for r in regions.replicas.values()} == {2}
+
+
 def test_three_regions_each_send_their_own_writes_to_both_others() -> None:
     regions = Replication([US, EU, AP])
     regions.write(AP, POST, post(1), at=1)

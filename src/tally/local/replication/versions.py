@@ -128,10 +128,14 @@ class Replication:
         at: int,
     ) -> list[Version]:
         """A transaction in ``region``: atomic there, its items held one by one on each link
-        (inferred: one stamp for all of them, the transaction's time)."""
+        (inferred: one stamp for all of them, the transaction's time, and later than every
+        version it replaces there, even one stamped by a clock running ahead; else a Region
+        would keep its own write while the others keep the one it replaced)."""
         replica = self._replica(region)
-        stamp = Stamp(at + self.skew[region], region)
-        versions = [Version(key_of(k), None if i is None else dict(i), stamp) for k, i in writes]
+        written = [(key_of(k), None if i is None else dict(i)) for k, i in writes]
+        held = [replica.versions[k].stamp.at for k, _ in written if k in replica.versions]
+        stamp = Stamp(max([at + self.skew[region], *(h + 1 for h in held)]), region)
+        versions = [Version(key, item, stamp) for key, item in written]
         for version in versions:
             replica.versions[version.key] = version  # a local write always applies locally
             for (source, _), link in self.links.items():
