@@ -74,13 +74,11 @@ class Switches:
         )
 
     def switched(self, state: State | None = None, budget: int | None = None) -> Switches:
-        """These switches with ``state`` and ``budget`` set (each kept when None)."""
+        """These switches with ``state`` and ``budget`` set (each kept when None); checked as
+        the functions will read them (SwitchesError naming the field)."""
         enabled, dry_run = (self.enabled, self.dry_run) if state is None else _flags(state)
-        if budget is not None and not 0 <= budget <= MAX_BUDGET:
-            raise SwitchesError(f"repair_budget must be 0 to {MAX_BUDGET}, not {budget}")
-        return Switches(
-            enabled, dry_run, self.budget if budget is None else budget, self.source, ""
-        )
+        kept = Switches(enabled, dry_run, self.budget if budget is None else budget, self.source)
+        return parse_switches(kept.value(), self.source)
 
 
 def _flags(state: State) -> tuple[bool, bool]:

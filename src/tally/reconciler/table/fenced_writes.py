@@ -46,16 +46,14 @@ class FencedWrites(TableAccess):
         if not verified.exists or not _number_or_absent(verified.counter):
             raise ValueError(f"{rule.name}: a repair writes only over a number it has judged")
         names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
-        fences = [
-            f"attribute_exists({names[self._pk]})",
-            _fence(names[rule.counter], ":stored", verified.counter),
-        ]
+        counter = _fence(names[rule.counter], ":stored", verified.counter)
         values: dict[str, Any] = {":value": value, ":marker": marker}
         if verified.counter is not ABSENT:
             values[":stored"] = verified.counter
         else:  # a NULL counter reads as absent (0), as judged: either may still stand
-            fences[-1] = f"{fences[-1]} OR attribute_type({names[rule.counter]}, :null)"
+            counter += f" OR attribute_type({names[rule.counter]}, :null)"
             values[":null"] = "NULL"
+        fences = [f"attribute_exists({names[self._pk]})", counter]
         update = f"SET {names[rule.counter]} = :value, {names[REPAIR_MARKER]} = :marker"
         if rule.revision:
             fences.append(_fence(names[rule.revision], ":revision", verified.revision))
