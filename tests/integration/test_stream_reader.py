@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import time
+import uuid
 from typing import Any
 
 import pytest
 
 from tally.core.streams import StreamReader, stream_arn
+from tally.local.template import create_table
 
 LAMBDA_KEYS = {
     "eventID",
@@ -340,3 +342,21 @@ def test_children_wait_until_their_parent_is_drained() -> None:
         ("child", "04"),
         ("child", "05"),
     ]
+
+
+def test_an_empty_shard_read_while_another_table_is_written_is_read_later(
+    dynamodb: Any, table_name: str, reader: StreamReader, template: dict[str, Any]
+) -> None:
+    """DynamoDB Local hands back, for an empty shard, an iterator that a record written to
+    another table meanwhile makes stale (TrimmedDataAccessException); the reader starts the
+    shard again instead of failing, and misses nothing."""
+    other = f"tally-test-{uuid.uuid4().hex[:12]}"
+    create_table(dynamodb, template, "Table", other)
+    try:
+        assert reader.poll() == []  # the empty shard's iterator is kept
+        for pk in ("x", "y"):
+            put(dynamodb, other, pk)
+        put(dynamodb, table_name, "a")
+        assert pks(reader.drain()) == ["a"]
+    finally:
+        dynamodb.delete_table(TableName=other)
