@@ -111,6 +111,10 @@ class Emulator:
     def eventual(self) -> bool:
         return self.settings.consistency == "eventual"
 
+    @property
+    def offline(self) -> set[str]:
+        return set(self.replicator.offline)
+
     def endpoint(self, region: str) -> str:
         return self._server(region).endpoint
 
@@ -194,9 +198,11 @@ class Emulator:
     def deliver(
         self, source: str, destination: str, table: str, key: Mapping[str, Any]
     ) -> Delivery:
-        """Send the newest change of one item from ``source`` to ``destination`` (after
-        ``collect``); raises if that link holds none or a Region is offline."""
+        """Send the newest change of one item from ``source`` to ``destination`` (what each
+        Region wrote is collected first); raises if that link holds none or a Region is
+        offline."""
         item_key = (table, wire_key(key))
+        self.collect()
         if {source, destination} & self.replicator.offline:
             raise EmulatorError(f"{source} -> {destination}: a Region is offline")
         if item_key not in self.pending(source, destination):

@@ -102,8 +102,9 @@ def written_keys(
 
 
 class ConflictWindow:
-    """MRSC: which Region last wrote each item, and until when another Region's write to it
-    counts as racing it."""
+    """MRSC: which Region is writing each item, and until when another Region's write to it
+    counts as racing it (while the write is in flight, and ``seconds`` after it answered: the
+    time its replication to the other Regions takes; inferred)."""
 
     def __init__(self, seconds: float, now: Callable[[], float] = time.monotonic):
         self.seconds = seconds
@@ -112,6 +113,8 @@ class ConflictWindow:
         self._lock = threading.Lock()
 
     def claim(self, region: str, keys: Iterable[tuple[str, WireKey]]) -> bool:
+        """Mark the keys as written from ``region`` now; False if another Region's write to
+        one of them is in flight or within its window."""
         keys = list(keys)
         with self._lock:
             now = self._now()
@@ -120,8 +123,15 @@ class ConflictWindow:
                 if writer is not None and writer[0] != region and writer[1] > now:
                     return False
             for key in keys:
-                self._writers[key] = (region, now + self.seconds)
+                self._writers[key] = (region, float("inf"))
             return True
+
+    def release(self, region: str, keys: Iterable[tuple[str, WireKey]]) -> None:
+        with self._lock:
+            until = self._now() + self.seconds
+            for key in keys:
+                if self._writers.get(key, (None,))[0] == region:
+                    self._writers[key] = (region, until)
 
 
 @dataclass
@@ -193,7 +203,10 @@ class RegionFront:
                         "One or more items in this request are being modified by a request "
                         "in another Region.",
                     )
-                return self._shown(operation, self._forward(headers, raw))
+                try:
+                    return self._shown(operation, self._forward(headers, raw))
+                finally:
+                    self._conflicts.release(self.region, keys)
             with self._locks.hold(self.region, keys):
                 stamp = WireStamp(self._clock.next(), self.region)
                 stamped = stamp_request(operation, body, stamp, self.replicated)

@@ -200,7 +200,8 @@ def visible_records(records: Iterable[Mapping[str, Any]], region: str) -> list[d
             and without_hidden(new) == without_hidden(old)
         ):
             continue
-        shown.append(without_hidden(record))
+        # A replica's records name the Region that reads them, whoever wrote (documented).
+        shown.append({**without_hidden(record), "awsRegion": region})
     return shown
 
 
