@@ -56,6 +56,7 @@ class GlobalTable:
         backends: Mapping[str, str],
         *,
         lag: Lag | None = None,
+        link_lags: Mapping[tuple[str, str], Lag] | None = None,
         skew_ms: Mapping[str, float] | None = None,
         consistency: str = "eventual",
         conflict_window_ms: float = 0,
@@ -67,6 +68,7 @@ class GlobalTable:
                 [name],
                 consistency=consistency,  # type: ignore[arg-type]
                 lag=lag,
+                link_lags=dict(link_lags or {}),
                 skew_ms=dict(skew_ms or {}),
                 conflict_window_ms=conflict_window_ms,
             )

@@ -7,6 +7,7 @@ these AWS documents and which we inferred.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -358,6 +359,24 @@ def test_with_a_short_lag_replication_runs_by_itself(databases: dict[str, str]) 
             table.put(US if likes % 2 else EU, {**post(likes), "SK": f"META#{likes}"})
         table.emulator.settle(timeout=60)
         assert table.items(US) == table.items(EU) and len(table.items(US)) == 20
+    finally:
+        table.close()
+
+
+def test_each_link_has_its_own_lag(databases: dict[str, str]) -> None:
+    table = GlobalTable.make(
+        {US: databases[US], EU: databases[EU]},
+        lag=Lag(0),
+        link_lags={(US, EU): Lag(3_600_000)},  # an hour one way, at once the other
+    )
+    try:
+        table.put(US, post(1))
+        table.put(EU, LIKE)
+        deadline = time.monotonic() + 60
+        while table.item(US, LIKE) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert table.item(US, LIKE) == LIKE
+        assert table.item(EU, POST) is None and table.emulator.pending(US, EU)
     finally:
         table.close()
 

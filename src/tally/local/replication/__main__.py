@@ -16,11 +16,19 @@ from tally.local.replication.replicator import Lag
 def settings_from(path: Path) -> Settings:
     given = json.loads(path.read_text())
     lag = given.get("lag")
+    link_lags = {}
+    for link, value in given.get("link_lags", {}).items():
+        source, arrow, destination = link.partition("->")
+        if not arrow:
+            raise ValueError(f"link_lags: {link!r} is not 'source -> destination'")
+        lag = Lag(float(value["median_ms"]), value.get("p99_ms"))
+        link_lags[(source.strip(), destination.strip())] = lag
     return Settings(
         regions=given["regions"],
         tables=given["tables"],
         consistency=given.get("consistency", "eventual"),
         lag=None if lag is None else Lag(float(lag["median_ms"]), lag.get("p99_ms")),
+        link_lags=link_lags,
         skew_ms=given.get("skew_ms", {}),
         seed=int(given.get("seed", 0)),
         conflict_window_ms=float(given.get("conflict_window_ms", 50)),

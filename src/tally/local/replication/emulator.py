@@ -54,6 +54,7 @@ class Settings:
     tables: Sequence[str]  # the replicated tables
     consistency: Consistency = "eventual"
     lag: Lag | None = None  # None: deterministic
+    link_lags: Mapping[tuple[str, str], Lag] = field(default_factory=dict)  # per link, else lag
     skew_ms: Mapping[str, float] = field(default_factory=dict)
     seed: int = 0
     conflict_window_ms: float = 50.0
@@ -65,9 +66,13 @@ class Emulator:
         regions = list(settings.regions)
         if len(set(regions)) != len(regions) or len(regions) < 2:
             raise EmulatorError(f"two or more distinct Regions, not {regions}")
-        unknown = set(settings.skew_ms) - set(regions)
+        unknown = (set(settings.skew_ms) | {r for link in settings.link_lags for r in link}) - set(
+            regions
+        )
         if unknown:
-            raise EmulatorError(f"skew for Regions not emulated: {sorted(unknown)}")
+            raise EmulatorError(f"skew or lag for Regions not emulated: {sorted(unknown)}")
+        if settings.link_lags and settings.lag is None:
+            raise EmulatorError("a lag per link needs a lag for the others (deterministic mode)")
         if settings.consistency == "strong":
             if len(regions) != 3:
                 raise EmulatorError("a strongly consistent (MRSC) table has exactly three Regions")
@@ -80,7 +85,13 @@ class Emulator:
         self.backends = {r: backend_client("dynamodb", u, r) for r, u in settings.regions.items()}
         streams = {r: backend_client("dynamodbstreams", u, r) for r, u in settings.regions.items()}
         self.replicator = Replicator(
-            self.backends, streams, self.clocks, self.locks, settings.lag, settings.seed
+            self.backends,
+            streams,
+            self.clocks,
+            self.locks,
+            settings.lag,
+            settings.seed,
+            settings.link_lags,
         )
         conflicts = (
             ConflictWindow(settings.conflict_window_ms / 1000)

@@ -116,6 +116,7 @@ class Replicator:
         locks: KeyLocks,
         lag: Lag | None,
         seed: int = 0,
+        link_lags: Mapping[tuple[str, str], Lag] | None = None,
         now: Callable[[], float] = time.monotonic,
     ):
         self.regions = list(backends)
@@ -124,6 +125,7 @@ class Replicator:
         self._clocks = clocks
         self._locks = locks
         self.lag = lag
+        self.link_lags = dict(link_lags or {})
         self._rng = random.Random(seed)
         self._now = now
         self.links = {(s, d): LinkQueue(s, d) for s in self.regions for d in self.regions if s != d}
@@ -170,14 +172,15 @@ class Replicator:
                 if change is None:
                     continue
                 with self._mutex:
-                    for (s, _), link in self.links.items():
+                    for (s, d), link in self.links.items():
                         if s == source:
-                            link.hold(change, self._now() + self._lag())
+                            link.hold(change, self._now() + self._lag(s, d))
                 held += 1
         return held
 
-    def _lag(self) -> float:
-        return 0.0 if self.lag is None else self.lag.draw(self._rng)
+    def _lag(self, source: str, destination: str) -> float:
+        lag = self.link_lags.get((source, destination), self.lag)
+        return 0.0 if lag is None else lag.draw(self._rng)
 
     @staticmethod
     def _change(source: str, name: str, record: Mapping[str, Any]) -> Change | None:
