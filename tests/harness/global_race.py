@@ -27,10 +27,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tally.core.streams import StreamReader
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.replication.emulator import Emulator, Settings
 from tally.local.replication.replicator import Lag
 from tally.local.template import create_table, load_template, template_path
+from tally.reconciler.protocol.regions import own_loss, still_lost
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.writers import CounterBehindError, SequenceAllocator, TallyWriter
 from tests.harness.regions import AP, EU, US, client, plain
@@ -84,8 +86,8 @@ def _race(
 
     def writer(region: str, n: int) -> None:
         rng = random.Random(f"{seed}-{region}-{n}")
-        tallies = TallyWriter(clients[region], table, rules)
-        sequences = SequenceAllocator(clients[region], table, rules)
+        tallies = TallyWriter(clients[region], table, rules, region=region)
+        sequences = SequenceAllocator(clients[region], table, rules, region=region)
         while time.monotonic() < stop:
             post = f"POST#{rng.randrange(POSTS)}"
             like = {"PK": post, "SK": f"LIKE#USER#{rng.randrange(USERS)}"}
@@ -126,6 +128,8 @@ def _race(
         children = sum(1 for pk, sk in items if pk == f"POST#{post}" and sk.startswith("LIKE#"))
         lost += children - int(items[(f"POST#{post}", "META")]["likeTally"])
     status = emulator.status()
+    found = _losses_found(emulator, clients, regions, table, held)
+    truth_members = sum(c - 1 for c in twice.values() if c > 1)
     return {
         "regions": regions,
         "seconds": seconds,
@@ -140,6 +144,46 @@ def _race(
         "settled_in_s": round(settled_in, 2),
         "versions_lost_in_replication": sum(v["lost"] for v in status["links"].values()),
         "versions_applied_in_replication": sum(v["applied"] for v in status["links"].values()),
+        "members_lost (truth)": truth_members,
+        "members_lost found from the losers' streams": found["members"],
+        "likes_lost found from the losers' streams": found["likes"],
+        "losses found twice": found["twice"],
+        "increments_lost found (provisional, by Region)": found["increments"],
+    }
+
+
+def _losses_found(
+    emulator: Emulator,
+    clients: dict[str, Any],
+    regions: list[str],
+    table: str,
+    held: dict[str, list[dict[str, Any]]],
+) -> dict[str, Any]:
+    """Each Region reads its own stream (through its front, as the reconciler would) for
+    losses of its own writes, judged again against what it holds once settled."""
+    seen: Counter[tuple[str, str, str | None]] = Counter()
+    increments: Counter[str] = Counter()
+    for region in regions:
+        streams = client("dynamodbstreams", emulator.endpoint(region), region)
+        arn = clients[region].describe_table(TableName=table)["Table"]["LatestStreamArn"]
+        now = {(i["PK"], i["SK"]): i for i in held[region]}
+        for record in StreamReader(streams, arn, region).drain(limit=1000, idle_polls=1):
+            images = record["dynamodb"]
+            old = plain(images["OldImage"]) if "OldImage" in images else None
+            new = plain(images["NewImage"]) if "NewImage" in images else None
+            key = plain(images["Keys"])
+            loss = own_loss(record["eventName"], key, old, new, region)
+            if loss is None:
+                continue
+            if loss.kind == "increments_lost":
+                increments[region] += int(loss.writes)
+            elif still_lost(loss, now.get((key["PK"], key["SK"]))):
+                seen[(key["PK"], key["SK"], loss.child_id)] += 1
+    return {
+        "members": sum(1 for (pk, _, _) in seen if pk.startswith("PROJECT#")),
+        "likes": sum(1 for (pk, _, _) in seen if pk.startswith("POST#")),
+        "twice": sum(1 for c in seen.values() if c > 1),
+        "increments": dict(increments),
     }
 
 

@@ -21,8 +21,17 @@ from typing import Any, Literal
 
 from boto3.dynamodb.types import Binary
 
-from tally.core.dynamodb import Backoff, Cancelled, Names, deserialize, serialize, transact
+from tally.core.dynamodb import (
+    Backoff,
+    Cancelled,
+    Committed,
+    Names,
+    deserialize,
+    serialize,
+    transact,
+)
 from tally.rules import Key, RuleSet
+from tally.writers import regional
 from tally.writers.errors import IdempotencyConflictError, InvalidRequestError
 from tally.writers.items import binary, utf8_length
 from tally.writers.transactions import new_token
@@ -179,7 +188,13 @@ class GuardedWriter:
     rounds, and the guards of the idempotency keys its requests carry."""
 
     def __init__(
-        self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
+        self,
+        client: Any,
+        table_name: str,
+        rules: RuleSet,
+        backoff: Backoff | None = None,
+        *,
+        region: str | None = None,
     ):
         self.client = client
         self.table_name = table_name
@@ -188,6 +203,15 @@ class GuardedWriter:
         self.guards = Guards(client, table_name, rules, self.backoff)
         self._keys = rules.table
         self._pk = rules.table.partition_key
+        # On a multi-Region table, the Region this writer writes in: every write then leaves
+        # the evidence ``tally.core.regions`` names. None: a single-Region table, as ever.
+        self.region = region
+
+    def _transact(self, actions: list[dict[str, Any]], token: str | None) -> Committed:
+        """Commit the actions (stamped with this writer's Region, if it has one)."""
+        if self.region is not None:
+            actions = regional.stamped(actions, self.region)
+        return transact(self.client, actions, token, self.backoff)
 
     def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:
         """The item (or key) serialized, number key attributes as numbers."""

@@ -24,8 +24,9 @@ from typing import Any, Literal, cast
 
 from botocore.exceptions import ClientError
 
-from tally.core.dynamodb import Cancelled, Names, deserialize, serialize, transact
+from tally.core.dynamodb import Cancelled, Names, deserialize, serialize
 from tally.rules import CollectionMembers, IndexMembers, Key
+from tally.writers import regional
 from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
@@ -136,16 +137,19 @@ class SequenceAllocator(GuardedWriter):
                 *revision,
             ]
             try:
-                response = self.client.update_item(
-                    TableName=self.table_name,
-                    Key=self._key(request.counter_key),
-                    UpdateExpression=f"ADD {', '.join(adds)} SET {marker} = :call",
-                    ConditionExpression=" AND ".join(condition),
-                    ExpressionAttributeNames=names.expression_names,
-                    ExpressionAttributeValues=serialize(values | revision_values | window),
-                    ReturnValues="UPDATED_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
+                update = {
+                    "TableName": self.table_name,
+                    "Key": self._key(request.counter_key),
+                    "UpdateExpression": f"ADD {', '.join(adds)} SET {marker} = :call",
+                    "ConditionExpression": " AND ".join(condition),
+                    "ExpressionAttributeNames": names.expression_names,
+                    "ExpressionAttributeValues": serialize(values | revision_values | window),
+                    "ReturnValues": "UPDATED_NEW",
+                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                }
+                if self.region is not None:
+                    update = regional.stamped_update(update, self.region)
+                response = self.client.update_item(**update)
                 counted = read_item(response["Attributes"]) or {}
             except ClientError as error:
                 if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
@@ -180,7 +184,7 @@ class SequenceAllocator(GuardedWriter):
         writes = [self._put_absent(member) for member in members]
         writes += self._guard(request, "allocated", numbers, members)
         try:
-            transact(self.client, writes, new_token(), self.backoff)
+            self._transact(writes, new_token())
         except Cancelled as cancelled:
             if request.keyed and (record := self.guards.taken(cancelled, len(members))):
                 return self._replay(request.keyed, record)
@@ -209,7 +213,7 @@ class SequenceAllocator(GuardedWriter):
                 *self._guard(request, "allocated", numbers, members),
             ]
             try:
-                transact(self.client, writes, new_token(), self.backoff)
+                self._transact(writes, new_token())
             except Cancelled as cancelled:
                 if request.keyed and (record := self.guards.taken(cancelled, len(members) + 1)):
                     return self._replay(request.keyed, record)
@@ -250,7 +254,7 @@ class SequenceAllocator(GuardedWriter):
                 *self._guard(request, "allocated", (number,), [member]),
             ]
             try:
-                transact(self.client, writes, new_token(), self.backoff)
+                self._transact(writes, new_token())
             except Cancelled as cancelled:
                 if request.keyed and (record := self.guards.taken(cancelled, 2)):
                     return self._replay(request.keyed, record)

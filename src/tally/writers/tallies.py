@@ -27,7 +27,6 @@ import tally.writers.stamps as stamps
 from tally.core.dynamodb import (
     Cancelled,
     TransactionFailedError,
-    transact,
 )
 from tally.rules import IndexChildren, Key, Match, SumRule, TallyRule
 from tally.writers.errors import (
@@ -228,7 +227,7 @@ class TallyWriter(GuardedWriter):
             self._stamp(write, through, writes, parents, current)
         guard = [self.guards.put(write.keyed, done)] if write.keyed else []
         try:
-            committed = transact(self.client, [*writes, *guard], new_token(), self.backoff)
+            committed = self._transact([*writes, *guard], new_token())
         except Cancelled as cancelled:
             if write.keyed and (record := self.guards.taken(cancelled, len(writes))):
                 return self._replay(write, record)

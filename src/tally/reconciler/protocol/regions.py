@@ -1,0 +1,97 @@
+"""Losses on a multi-Region table, read from one Region's own stream (docs/global-tables.md).
+
+Last writer wins per item. The evidence a write was lost sits only in the stream of the Region
+that made it: the winner's version replaces its own as a ``MODIFY`` whose OldImage still holds
+what was lost. With the writers' stamps (``tally.core.regions``) a Region reads two losses
+of its own there, and only its own (so each is reported by one Region, however many there
+are):
+
+- **a child overwritten**: the OldImage is a child this Region created (its id says so) and
+  the NewImage is another child under the same key (another id): a number handed out twice,
+  or a like made in two Regions; the lost child's payload is the OldImage;
+- **increments lost**: the OldImage of a parent holds more of this Region's writes than the
+  NewImage that replaced it.
+
+Either is provisional while replication runs: with three or more Regions a newer version
+that still holds the write can arrive later. ``still_lost`` judges a loss again against the
+item as the Region holds it once replication has settled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Literal
+
+from tally.core.regions import CHILD_ID, ORIGIN, added, created_in, is_regional, writes
+
+LossKind = Literal["child_overwritten", "increments_lost"]
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A write of ``region`` that a version from ``winner`` replaced."""
+
+    kind: LossKind
+    region: str
+    key: dict[str, Any]
+    winner: str | None
+    lost_child: dict[str, Any] | None = None  # the child's payload (child_overwritten)
+    child_id: str | None = None
+    writes: Decimal = Decimal(0)  # how many of the Region's writes (increments_lost)
+    amount: Decimal = Decimal(0)  # what they had added
+
+
+def _number(image: Mapping[str, Any], name: str) -> Decimal:
+    value = image.get(name)
+    return value if isinstance(value, Decimal) else Decimal(0)
+
+
+def own_loss(
+    event: str,
+    key: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any] | None,
+    region: str,
+) -> Loss | None:
+    """The loss of one of ``region``'s writes this record of its stream shows, if any (images
+    as plain values: ``TypeDeserializer``'s)."""
+    if event != "MODIFY" or old is None or new is None:
+        return None  # a deletion is not an overwrite; an insert replaced nothing
+    winner = new.get(ORIGIN) if isinstance(new.get(ORIGIN), str) else None
+    if winner == region:
+        return None  # this Region's own write: a local write never loses locally
+    mine = old.get(CHILD_ID)
+    if created_in(mine) == region and new.get(CHILD_ID) != mine:
+        payload = {n: v for n, v in old.items() if not is_regional(n)}
+        return Loss("child_overwritten", region, dict(key), winner, payload, str(mine))
+    lost_writes = _number(old, writes(region)) - _number(new, writes(region))
+    if lost_writes > 0:
+        amount = _number(old, added(region)) - _number(new, added(region))
+        return Loss("increments_lost", region, dict(key), winner, writes=lost_writes, amount=amount)
+    return None
+
+
+def still_lost(loss: Loss, now: Mapping[str, Any] | None) -> bool:
+    """Whether a loss stands against the item as its Region holds it now, replication settled:
+    a child is lost unless the item is that child again; increments are judged by the parent's
+    recount in its home Region, so their loss stands as read."""
+    if loss.kind == "child_overwritten":
+        return now is None or now.get(CHILD_ID) != loss.child_id
+    return True
+
+
+def home_region(parent_key: Mapping[str, Any], regions: Sequence[str], rule: str) -> str:
+    """The one Region that recounts and repairs a parent: ``rule`` names it, or is
+    ``by-key`` (a stable hash of the parent's key over the Regions, in the order given: every
+    Region computes the same)."""
+    if rule in regions:
+        return rule
+    if rule != "by-key" or not regions:
+        raise ValueError(f"home Region rule {rule!r}: one of {list(regions)}, or 'by-key'")
+    text = json.dumps({k: str(v) for k, v in parent_key.items()}, sort_keys=True)
+    digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    return regions[digest % len(regions)]

@@ -1,0 +1,77 @@
+"""A writer's transaction on a multi-Region table, stamped with what ``tally.core.regions``
+names: the origin Region on every item written, an id on every child or member created, and
+on every parent's counter update what this Region adds and how many writes it made."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tally.core.regions import CHILD_ID, ORIGIN, added, writes
+
+_CLAUSE = {name: re.compile(rf"(?<![#:\w.]){name}\b", re.IGNORECASE) for name in ("ADD", "SET")}
+
+
+def new_child_id(region: str) -> str:
+    return f"{region}:{uuid.uuid4().hex}"
+
+
+def _into_clause(expression: str, clause: str, assignment: str) -> str:
+    """The update expression with ``assignment`` first in its ``clause`` (added if absent)."""
+    pattern = _CLAUSE[clause]
+    if pattern.search(expression):
+        return pattern.sub(f"{clause} {assignment},", expression, count=1)
+    return f"{expression} {clause} {assignment}".strip()
+
+
+def _stamp_update(update: Mapping[str, Any], region: str) -> dict[str, Any]:
+    out = dict(update)
+    names = dict(out.get("ExpressionAttributeNames", {}))
+    values = dict(out.get("ExpressionAttributeValues", {}))
+    expression = out.get("UpdateExpression", "")
+    names["#tallyOrigin"] = ORIGIN
+    values[":tallyOrigin"] = {"S": region}
+    expression = _into_clause(expression, "SET", "#tallyOrigin = :tallyOrigin")
+    if ":delta" in values and _CLAUSE["ADD"].search(expression):
+        # A parent's counter: what this Region added to it, and one more write of its.
+        names |= {"#tallyAdded": added(region), "#tallyWrites": writes(region)}
+        values[":tallyOne"] = {"N": "1"}
+        expression = _into_clause(expression, "ADD", "#tallyAdded :delta, #tallyWrites :tallyOne")
+    out |= {
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+    return out
+
+
+def _creates(put: Mapping[str, Any]) -> bool:
+    return "attribute_not_exists" in put.get("ConditionExpression", "")
+
+
+def stamped(
+    actions: Sequence[Mapping[str, Any]],
+    region: str,
+    child_id: Callable[[str], str] = new_child_id,
+) -> list[dict[str, Any]]:
+    """A transaction's actions with this Region's stamps (deletes and checks as they are)."""
+    out: list[dict[str, Any]] = []
+    for action in actions:
+        [(kind, detail)] = action.items()
+        if kind == "Put":
+            item = {**detail["Item"], ORIGIN: {"S": region}}
+            if _creates(detail) and CHILD_ID not in item:
+                item[CHILD_ID] = {"S": child_id(region)}
+            out.append({"Put": {**detail, "Item": item}})
+        elif kind == "Update":
+            out.append({"Update": _stamp_update(detail, region)})
+        else:
+            out.append(dict(action))
+    return out
+
+
+def stamped_update(request: Mapping[str, Any], region: str) -> dict[str, Any]:
+    """An ``UpdateItem`` request (a counter's ADD outside a transaction) with the stamps."""
+    return _stamp_update(request, region)

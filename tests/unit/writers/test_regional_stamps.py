@@ -1,0 +1,88 @@
+"""A writer given a Region stamps what ``tally.core.regions`` names, and nothing else changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.core.regions import CHILD_ID, ORIGIN, added, writes
+from tally.writers.regional import stamped, stamped_update
+
+KEY = {"PK": {"S": "POST#1"}, "SK": {"S": "LIKE#1"}}
+PARENT = {"PK": {"S": "POST#1"}, "SK": {"S": "META"}}
+
+
+def parent_update(expression: str = "ADD #c :delta, #r :one") -> dict[str, Any]:
+    return {
+        "Update": {
+            "TableName": "t",
+            "Key": PARENT,
+            "UpdateExpression": expression,
+            "ConditionExpression": "attribute_exists(#pk)",
+            "ExpressionAttributeNames": {"#c": "likeTally", "#r": "rev", "#pk": "PK"},
+            "ExpressionAttributeValues": {":delta": {"N": "1"}, ":one": {"N": "1"}},
+        }
+    }
+
+
+def test_a_created_child_gets_the_origin_and_an_id_made_in_its_region() -> None:
+    put = {
+        "Put": {"TableName": "t", "Item": KEY, "ConditionExpression": "attribute_not_exists(PK)"}
+    }
+    [out] = stamped([put], "eu-west-1", child_id=lambda r: f"{r}:abc")
+    assert out["Put"]["Item"] == {
+        **KEY,
+        ORIGIN: {"S": "eu-west-1"},
+        CHILD_ID: {"S": "eu-west-1:abc"},
+    }
+    assert out["Put"]["ConditionExpression"] == "attribute_not_exists(PK)"
+    assert put["Put"]["Item"] == KEY  # the caller's action is not changed
+
+
+def test_a_put_that_replaces_keeps_no_new_id() -> None:
+    put = {"Put": {"TableName": "t", "Item": KEY}}
+    [out] = stamped([put], "eu-west-1")
+    assert CHILD_ID not in out["Put"]["Item"]
+
+
+def test_a_parents_counter_update_counts_what_this_region_added() -> None:
+    [out] = stamped([parent_update()], "us-east-1")
+    update = out["Update"]
+    assert update["UpdateExpression"] == (
+        "ADD #tallyAdded :delta, #tallyWrites :tallyOne, #c :delta, #r :one "
+        "SET #tallyOrigin = :tallyOrigin"
+    )
+    assert update["ExpressionAttributeNames"]["#tallyAdded"] == added("us-east-1")
+    assert update["ExpressionAttributeNames"]["#tallyWrites"] == writes("us-east-1")
+    assert update["ConditionExpression"] == "attribute_exists(#pk)"
+
+
+def test_an_update_with_its_own_set_clause_gets_the_origin_in_it() -> None:
+    request = parent_update("ADD #c :delta SET #r = :one")["Update"]
+    out = stamped_update(request, "us-east-1")
+    assert out["UpdateExpression"] == (
+        "ADD #tallyAdded :delta, #tallyWrites :tallyOne, #c :delta "
+        "SET #tallyOrigin = :tallyOrigin, #r = :one"
+    )
+
+
+def test_deletes_and_checks_are_left_as_they_are() -> None:
+    actions = [
+        {"Delete": {"TableName": "t", "Key": KEY}},
+        {"ConditionCheck": {"TableName": "t", "Key": PARENT, "ConditionExpression": "x"}},
+    ]
+    assert stamped(actions, "us-east-1") == actions
+
+
+@given(st.sampled_from(["us-east-1", "eu-west-1", "ap-southeast-2"]), st.integers(1, 5))
+def test_every_action_of_any_transaction_keeps_its_kind_and_key(region: str, n: int) -> None:
+    actions = [parent_update(), {"Put": {"TableName": "t", "Item": KEY}}] * n
+    out = stamped(actions, region)
+    assert [next(iter(a)) for a in out] == [next(iter(a)) for a in actions]
+    assert all(
+        next(iter(o.values())).get("Key", next(iter(o.values())).get("Item", {})).items()
+        >= next(iter(a.values())).get("Key", {}).items()
+        for o, a in zip(out, actions, strict=True)
+    )
