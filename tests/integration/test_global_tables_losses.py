@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from tally.core.regions import CHILD_ID, is_regional
