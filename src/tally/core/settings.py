@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class SettingsError(ValueError):
@@ -45,6 +45,31 @@ class Settings(BaseModel):
     # Item collections of one batch verified at once: each mostly waits on DynamoDB, so a
     # batch touching many parents takes about as long as its slowest parent, not their sum.
     verify_concurrency: int = Field(default=16, ge=1, le=32, alias="VERIFY_CONCURRENCY")
+    # A Global Table (docs/global-tables.md): its Regions, comma-separated (unset: a
+    # single-Region table, as ever); this function's Region (Lambda sets AWS_REGION); the
+    # Region that judges each parent (a Region, or "by-key"; default the first listed); and
+    # how long replication is given to settle before an imbalance is evidence.
+    global_regions: str | None = Field(default=None, alias="GLOBAL_REGIONS")
+    aws_region: str | None = Field(default=None, alias="AWS_REGION")
+    home_region: str | None = Field(default=None, alias="HOME_REGION")
+    settle_seconds: int = Field(default=60, ge=1, le=900, alias="SETTLE_SECONDS")
+
+    @model_validator(mode="after")
+    def _one_of_the_regions(self) -> Settings:
+        if not self.global_regions:
+            return self
+        regions = [r.strip() for r in self.global_regions.split(",") if r.strip()]
+        if len(set(regions)) < 2 or len(set(regions)) != len(regions):
+            raise ValueError("GLOBAL_REGIONS: two or more distinct Regions, comma-separated")
+        if self.aws_region not in regions:
+            raise ValueError("AWS_REGION: this function's Region must be one of GLOBAL_REGIONS")
+        if self.home_region and self.home_region not in (*regions, "by-key"):
+            raise ValueError("HOME_REGION: one of GLOBAL_REGIONS, or by-key")
+        return self
+
+    def regions(self) -> list[str]:
+        """The Global Table's Regions ([] for a single-Region table)."""
+        return [r.strip() for r in (self.global_regions or "").split(",") if r.strip()]
 
     def require(self, name: str) -> str:
         """A setting the calling function cannot work without; names the variable if unset."""
@@ -65,6 +90,9 @@ def settings() -> Settings:
         problems = [
             f"environment variable {detail['loc'][0]} "
             + ("is not set" if detail["type"] == "missing" else f"is invalid: {detail['msg']}")
+            if detail["loc"]
+            # A check across variables names them in its own message.
+            else str(detail["msg"]).removeprefix("Value error, ")
             for detail in error.errors()
         ]
         raise SettingsError("; ".join(problems)) from None

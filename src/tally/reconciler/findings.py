@@ -38,6 +38,9 @@ SEVERITY: dict[Kind, Severity] = {
     "malformed": "warning",  # a child's amount is not a number: it counts 0
     "unrepresentable": "critical",  # the truth needs more digits than any counter holds
     "unindexed": "warning",  # keyed as a child, but its index cannot see it: counts 0
+    # Global Tables: a child of this Region's replaced by another Region's under its key (a
+    # number handed out twice, or a like made in two Regions): its payload is gone.
+    "overwritten": "critical",
 }
 
 
@@ -100,6 +103,8 @@ class Finding:
     repair: Repair | None = None
     # The repair switches as the alert shows them (Switches.as_json), when they were read.
     switches: dict[str, Any] | None = field(default=None, compare=False)
+    # On a Global Table: the Region whose reconciler found it (None: a single-Region table).
+    region: str | None = None
 
     @property
     def severity(self) -> Severity:
@@ -180,6 +185,8 @@ class Finding:
             body["first_seen"] = self.first_seen
         if self.switches is not None:
             body["switches"] = self.switches
+        if self.region is not None:
+            body["region"] = self.region
         return body
 
     def subject(self) -> str:

@@ -12,6 +12,7 @@ from tally.core.aws import RETRY_CONFIG, client
 from tally.core.observability import logger, metrics
 from tally.core.settings import settings
 from tally.reconciler.checks.carry_book import CarryId
+from tally.reconciler.protocol.regions import GlobalMode, settled_rules
 from tally.reconciler.repair.policy import RepairPolicy
 from tally.reconciler.repair.switch_parameter import SwitchParameter
 from tally.reconciler.repair.switches import Switches
@@ -27,8 +28,22 @@ from tally.rules import RuleSet, load_rules
 
 @lru_cache(maxsize=1)
 def rules() -> RuleSet:
-    """The bundled rules file, validated at cold start."""
-    return load_rules(settings().rules_file)
+    """The bundled rules file, validated at cold start; on a Global Table, settled."""
+    loaded = load_rules(settings().rules_file)
+    mode = global_mode()
+    return loaded if mode is None else settled_rules(loaded, mode.settle_seconds)
+
+
+@lru_cache(maxsize=1)
+def global_mode() -> GlobalMode | None:
+    """This Region's part of a Global Table (GLOBAL_REGIONS set), else None."""
+    env = settings()
+    regions = env.regions()
+    if not regions:
+        return None
+    assert env.aws_region is not None  # the settings checked it is one of them
+    home = env.home_region or regions[0]
+    return GlobalMode(env.aws_region, tuple(regions), home, env.settle_seconds)
 
 
 # The outbox retries a failed publish; an SDK retry of a publish whose response was lost
@@ -104,6 +119,7 @@ def reconciler(
         carrying=env.parallelization_factor == 1 if carrying is None else carrying,
         concurrency=env.verify_concurrency,
         alerting=alerting,
+        regions=global_mode(),
     )
 
 

@@ -19,9 +19,11 @@ from tally.reconciler.checks.counts import Counts
 from tally.reconciler.checks.followups import Followups
 from tally.reconciler.checks.groups import GroupVerifier
 from tally.reconciler.checks.looks import Looks
+from tally.reconciler.checks.regions import RegionLosses
 from tally.reconciler.checks.sequences import Sequences
 from tally.reconciler.findings import Finding, Off
 from tally.reconciler.protocol.batching import item_collections
+from tally.reconciler.protocol.regions import GlobalMode
 from tally.reconciler.repair.policy import RepairPolicy
 from tally.reconciler.repair.repairer import Repairer
 from tally.reconciler.report.alerts import AlertPublisher
@@ -61,6 +63,7 @@ class Reconciler:
         carrying: bool = True,
         concurrency: int = 1,
         alerting: bool = True,
+        regions: GlobalMode | None = None,
     ):
         self.rules, self.table, self.store = rules, table, store
         self._queue, self._policy = rechecks, policy
@@ -91,8 +94,18 @@ class Reconciler:
         carries = self._carries = CarryBook(store.carries, scheduler, open_carries)
         self._groups = GroupVerifier(counts, sequences, carries, carrying=carrying)
         self._runner = CollectionRunner(book, concurrency)
+        # A Global Table: this Region reads its own losses, and judges only its parents.
+        self._regions = (
+            None
+            if regions is None
+            else RegionLosses(regions, rules, table.client, table.name, reporter)
+        )
 
     # --- modes and outcomes, read-only ---------------------------------------------------
+
+    @property
+    def regions(self) -> GlobalMode | None:
+        return None if self._regions is None else self._regions.mode
 
     @property
     def rechecks(self) -> RecheckQueue:
@@ -133,6 +146,10 @@ class Reconciler:
 
     def verify_batch(self, records: Iterable[Any], deadline: Deadline | None = None) -> list[str]:
         """Verify one stream batch; return the sequence numbers to report as failed."""
+        if self._regions is not None:
+            records = list(records)
+            self._regions.read_losses(records)
+            records = self._regions.homed_here(records)
         batch = group_records(records, self.rules)
         stats = self.stats
         stats.records += batch.records

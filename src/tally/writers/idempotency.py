@@ -31,9 +31,9 @@ from tally.core.dynamodb import (
     transact,
 )
 from tally.rules import Key, RuleSet
-from tally.writers import regional
 from tally.writers.errors import IdempotencyConflictError, InvalidRequestError
 from tally.writers.items import binary, utf8_length
+from tally.writers.regional import stamped
 from tally.writers.transactions import new_token
 
 GUARD_PREFIX = "tallyIdempotency#"
@@ -210,7 +210,7 @@ class GuardedWriter:
     def _transact(self, actions: list[dict[str, Any]], token: str | None) -> Committed:
         """Commit the actions (stamped with this writer's Region, if it has one)."""
         if self.region is not None:
-            actions = regional.stamped(actions, self.region)
+            actions = stamped(actions, self.region)
         return transact(self.client, actions, token, self.backoff)
 
     def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,11 +26,11 @@ from botocore.exceptions import ClientError
 
 from tally.core.dynamodb import Cancelled, Names, deserialize, serialize
 from tally.rules import CollectionMembers, IndexMembers, Key
-from tally.writers import regional
 from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.items import LARGEST
+from tally.writers.regional import stamped_update
 from tally.writers.transactions import (
     REVISION_LIMIT,
     new_token,
@@ -148,7 +148,7 @@ class SequenceAllocator(GuardedWriter):
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
                 if self.region is not None:
-                    update = regional.stamped_update(update, self.region)
+                    update = stamped_update(update, self.region)
                 response = self.client.update_item(**update)
                 counted = read_item(response["Attributes"]) or {}
             except ClientError as error:

@@ -21,6 +21,7 @@ Kind = Literal[
     "malformed",
     "unrepresentable",
     "unindexed",
+    "overwritten",
 ]
 _ABSENT = None
 

@@ -27,6 +27,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from tally.core.regions import CHILD_ID, ORIGIN, added, created_in, is_regional, writes
+from tally.rules import AnyRule, RuleSet, TallyRule
 
 LossKind = Literal["child_overwritten", "increments_lost"]
 
@@ -95,3 +96,40 @@ def home_region(parent_key: Mapping[str, Any], regions: Sequence[str], rule: str
     text = json.dumps({k: str(v) for k, v in parent_key.items()}, sort_keys=True)
     digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
     return regions[digest % len(regions)]
+
+
+@dataclass(frozen=True)
+class GlobalMode:
+    """The reconciler on one Region of a Global Table: which Region it is, the table's
+    Regions, the rule that names each parent's home Region, and the settle window."""
+
+    region: str
+    regions: tuple[str, ...]
+    home_rule: str
+    settle_seconds: int
+
+    def home_of(self, parent_key: Mapping[str, Any]) -> str:
+        return home_region(parent_key, self.regions, self.home_rule)
+
+    def homes_here(self, parent_keys: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether this Region judges a record whose parents are these: only the home Region
+        of one of them does (a record of no parent is judged nowhere but looked at for
+        losses)."""
+        return any(self.home_of(k) == self.region for k in parent_keys)
+
+
+def settled_rules(rules: RuleSet, settle_seconds: int) -> RuleSet:
+    """The rules as a Global Table's home Region judges them: every count and sum whose
+    children may arrive from another Region before or after its counter is judged only once
+    replication had ``settle_seconds`` (as a counter a stream aggregator keeps: two recounts
+    that long apart must agree), and alerted, not repaired: a repair in one Region would
+    race a write still on its way from another, and last writer wins would drop that write.
+    A rule already judged after a lag keeps its own; one whose writers stamp its parents
+    (``through.stamp``) is judged by its stamps, as ever."""
+    settled: list[AnyRule] = []
+    for rule in rules:
+        stamped = isinstance(rule, TallyRule) and rule.through and rule.through.stamp
+        if isinstance(rule, TallyRule) and rule.lag_seconds is None and not stamped:
+            rule = rule.model_copy(update={"lag_seconds": settle_seconds, "repair": "alert"})
+        settled.append(rule)
+    return RuleSet(rules.table, settled)

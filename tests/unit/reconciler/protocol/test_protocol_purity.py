@@ -46,6 +46,7 @@ def test_no_protocol_module_reads_a_clock_or_imports_the_io_around_it() -> None:
                     allowed = (
                         "tally.core.numbers",
                         "tally.core.stamps",
+                        "tally.core.regions",
                         "tally.rules",
                         "tally.reconciler.protocol",
                     )
