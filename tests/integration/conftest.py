@@ -52,6 +52,7 @@ SLOWEST_FIRST = (
     "test_adopting.py",
     "test_readme.py",
     "test_local_doc.py",
+    "test_local_regions.py",
     "test_events.py",
     "test_local_stack.py",
     "test_writer_api_refusals.py",

@@ -33,9 +33,11 @@ from tally.cli.options import (
     segment_count,
     target_options,
 )
+from tally.cli.regions import lag_argument, regions_argument
 from tally.cli.repairs import register as register_repairs
 from tally.cli.rules import register as register_rules
 from tally.local import dynamodb_local
+from tally.local.regions import DEFAULT_LAG_MEDIAN_MS, DEFAULT_LAG_P99_MS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +120,26 @@ def _parser() -> argparse.ArgumentParser:
         help="with --template: its table's logical id (default: its only table)",
     )
     rules_option(up)
+    up.add_argument(
+        "--regions",
+        type=regions_argument,
+        metavar="R1,R2[,R3]",
+        help="a multi-Region stack: the counted table replicated between these Regions as a "
+        "Global Table, a DynamoDB Local each (docs/global-tables.md)",
+    )
+    up.add_argument(
+        "--lag-ms",
+        type=lag_argument,
+        metavar="N",
+        help="with --regions: every change takes N ms to replicate (default: drawn, median "
+        f"{DEFAULT_LAG_MEDIAN_MS} ms, p99 {DEFAULT_LAG_P99_MS} ms)",
+    )
+    up.add_argument(
+        "--consistency",
+        choices=["eventual", "strong"],
+        help="with --regions: eventual (MREC, the default) or strong (MRSC: three Regions, "
+        "one DynamoDB Local, no transactions, no TTL)",
+    )
     down = local_action(
         "down",
         "stop the local stack",
@@ -134,11 +156,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the `sam local invoke --env-vars` file instead (JSON, per function)",
     )
+    env.add_argument(
+        "--region",
+        metavar="R",
+        help="on a multi-Region stack: this Region's variables (default: the first Region's)",
+    )
     for other in (down, env):
         # Options of `up` given to another action are usage errors that say where they go.
         other.add_argument("--template", type=Path, dest="table_template", help=argparse.SUPPRESS)
         other.add_argument("--table-id", help=argparse.SUPPRESS)
         other.add_argument("--rules", type=Path, help=argparse.SUPPRESS)
+        other.add_argument("--regions", help=argparse.SUPPRESS)
+        other.add_argument("--lag-ms", help=argparse.SUPPRESS)
+        other.add_argument("--consistency", help=argparse.SUPPRESS)
 
     pump = command("pump", "play Lambda's stream and recheck-queue triggers locally")
     rules_option(pump)
@@ -161,6 +191,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=range(1, 11),
         metavar="N",
         help="concurrent batches per shard, 1 to 10 (default: ParallelizationFactor's default)",
+    )
+    pump.add_argument(
+        "--region",
+        metavar="R",
+        help="on a multi-Region stack: this Region's stream and queues alone (default: every "
+        "Region's, a pump each)",
     )
     pump.add_argument(
         "--json", action="store_true", help="when it stops: its report as one JSON object"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import tally.cli.console as console
+import tally.cli.regions as regions
 import tally.cli.targets as targets
 from tally.cli.console import Failure, UsageError
 from tally.cli.options import named_file, rules_file
@@ -26,8 +27,15 @@ def local(options: argparse.Namespace) -> int:
         raise UsageError("--template, --table-id and --rules go with `tally local up`")
     if options.table_id and not options.table_template:
         raise UsageError("--table-id names a table of --template FILE")
+    multi = (options.regions, options.lag_ms, options.consistency)
+    if options.action != "up" and multi != (None, None, None):
+        raise UsageError("--regions, --lag-ms and --consistency go with `tally local up`")
+    if options.action == "up" and not options.regions and multi != (None, None, None):
+        raise UsageError("--lag-ms and --consistency go with --regions")
     if options.action == "up":
         table_id = _table_id(options.table_template, options.table_id)
+        if options.regions:
+            return regions.up(options, state_dir, table_id, rules_file(options))
         stack = local_stack.up(
             state_dir,
             rules_file=rules_file(options),
@@ -50,10 +58,14 @@ def local(options: argparse.Namespace) -> int:
         stopped = local_stack.down(state_dir)
         for line in stopped or ["nothing was running"]:
             console.note(f"stopped: {line}")
-    elif options.action == "env" and options.sam:
-        print(json.dumps(stack_record.sam_env(targets.running(state_dir)), indent=2))
     else:
-        print(stack_record.exports(targets.running(state_dir)))
+        stack = targets.running(state_dir, options.region)
+        if options.region is None:
+            regions.first_region_note(stack, "local env")
+        if options.sam:
+            print(json.dumps(stack_record.sam_env(stack), indent=2))
+        else:
+            print(stack_record.exports(stack))
     return 0
 
 
@@ -94,9 +106,12 @@ def pump(options: argparse.Namespace) -> int:
     rules = rules_file(options)
     if rules is not None:  # a broken rules file stops the pump before it reads a record
         load_rules(rules)
+    stack = targets.running(state_dir, options.region)
+    if stack.replication is not None and options.region is None:
+        return regions.pump_every_region(stack, options, rules)
     pump = runner.pump(
-        targets.running(state_dir),
-        state_dir,
+        stack,
+        stack.state_dir,
         say=console.note,
         rules_file=rules,
         parallelization=options.parallelization,
@@ -118,7 +133,8 @@ def pump(options: argparse.Namespace) -> int:
     if report.sent_to_failure_queue:
         console.note("pump: batches went to the on-failure queue: `tally replay` re-verifies them")
     if options.json:
-        print(json.dumps({"state": state} | dataclasses.asdict(report), default=str))
+        region = {"region": stack.region} if stack.replication is not None else {}
+        print(json.dumps(region | {"state": state} | dataclasses.asdict(report), default=str))
     if pump.stop_signal:
         return runner.exit_code(pump)
     return 1 if report.sent_to_failure_queue or not report.idle else 0
@@ -135,29 +151,37 @@ def _pump_status(report: Any) -> str:
 def alerts(options: argparse.Namespace) -> int:
     from tally.local import inbox
 
-    state_dir = targets.state_dir()
-    stack = targets.running(state_dir)
-    sqs, url = stack.client("sqs"), stack_record.env(stack)["ALERT_INBOX_URL"]
-    printed = 0
+    stack = targets.running(targets.state_dir())
+    # A multi-Region stack: every Region's subscriber, each alert shown with its Region.
+    multi = stack.replication is not None
+    columns = ("region", *console.ALERT_COLUMNS) if multi else console.ALERT_COLUMNS
+    widths = {"region": 14, **console.ALERT_WIDTHS} if multi else console.ALERT_WIDTHS
+    printed = dict.fromkeys(stack.regions, 0)
     while True:
-        alerts = inbox.collect(sqs, url, state_dir)
-        new = alerts[printed:]
+        before = sum(printed.values())
+        new = []
+        for regional in (stack, *stack.replicas):
+            received = inbox.collect(
+                regional.client("sqs"), regional.alert_inbox_url, regional.state_dir
+            )
+            new += [(regional.region, body) for body in received[printed[regional.region] :]]
+            printed[regional.region] = len(received)
         if options.json:
-            for body in new:
-                print(json.dumps(body, sort_keys=True), flush=True)
-        elif new or not (printed or options.follow):
+            for region, body in new:
+                shown = {**body, "region": region} if multi else body
+                print(json.dumps(shown, sort_keys=True), flush=True)
+        elif new or not (before or options.follow):
             # Followed, each poll's alerts are a table of their own, aligned with the first.
             console.out.print(
                 console.table(
-                    console.ALERT_COLUMNS,
-                    map(console.alert_row, new),
-                    widths=console.ALERT_WIDTHS if options.follow else None,
-                    header=not printed,
+                    columns,
+                    [[region] * multi + console.alert_row(body) for region, body in new],
+                    widths=widths if options.follow else None,
+                    header=not before,
                 )
             )
-        printed = len(alerts)
         if not options.follow:
-            if not alerts and not options.json:
+            if not sum(printed.values()) and not options.json:
                 console.note("alerts: none received yet")
             return 0
         time.sleep(1)

@@ -11,6 +11,7 @@ from pathlib import Path
 from botocore.config import Config
 
 from tally.cli.console import Failure, UsageError
+from tally.cli.regions import chosen
 from tally.local import stack as local_stack
 from tally.local import stack_record
 
@@ -40,17 +41,19 @@ def table_name() -> str:
     return name
 
 
-def running(state_dir: Path) -> stack_record.LocalStack:
-    """The local stack recorded in ``state_dir``; Failure saying how to start it if it is not up."""
+def running(state_dir: Path, region: str | None = None) -> stack_record.LocalStack:
+    """The local stack recorded in ``state_dir``, as ``region`` sees it when one is named;
+    Failure saying how to start it if it is not up, UsageError if it has no such Region."""
     stack = stack_record.load(state_dir)
     if stack is None:
         raise Failure("the local stack is not running: start it with `tally local up`")
+    regional = chosen(stack, region)
     if not local_stack.answers(stack):
         raise Failure(
             f"the local stack recorded in {state_dir} does not answer (were its processes "
             "stopped?): `tally local up` starts it again"
         )
-    return stack
+    return regional
 
 
 @contextmanager

@@ -84,6 +84,7 @@ class Pump:
         schedule: RecheckSchedule | None = None,
         rechecks_beside: bool = False,
         recheck_lanes: int = 1,
+        region: str = "us-east-1",
     ):
         """``rechecks_beside``: while running (``forever``), serve the recheck queue on
         ``recheck_lanes`` threads of its own (Lambda polls a standard queue with five
@@ -96,7 +97,7 @@ class Pump:
         self.recheck_lanes = recheck_lanes
         self.reader = reader
         self.sqs = sqs
-        self.rechecks = QueueTrigger(sqs, recheck_queue_url, invoke_recheck)
+        self.rechecks = QueueTrigger(sqs, recheck_queue_url, invoke_recheck, region=region)
         self.settings = settings
         self.say = say or (lambda _: None)
         self.checkpoint = checkpoint

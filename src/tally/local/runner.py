@@ -61,6 +61,7 @@ def invoker(
         environment(template, logical_id, stack.names())
         | stack_record.env(stack)
         | LOCAL_ENVIRONMENT
+        | {"AWS_REGION": stack.region}  # as Lambda sets it
     )
     if rules_file is not None:
         values["RULES_FILE"] = str(rules_file)
@@ -73,11 +74,12 @@ def invoker(
         with variables(values):
             schedule.watch(runtime._clients()[2])
     log = stack.state_dir / FUNCTION_LOG
+    arn = f"arn:aws:lambda:{stack.region}:000000000000:function:tally-local"
 
     def invoke(event: dict[str, Any]) -> Any:
         # The functions' JSON logs and EMF metrics go where CloudWatch would have them.
         with variables(values), log.open("a") as out, _logs_to(logger, out):
-            return started.handler(event, LocalContext(logical_id))
+            return started.handler(event, LocalContext(logical_id, invoked_function_arn=arn))
 
     return invoke
 
@@ -114,7 +116,9 @@ def pump(
     carry = environment(template, "ReconcilerFunction", stack.names()).get("CARRY_SECONDS")
     names = stack.names()
     reader = StreamReader(
-        stack.client("dynamodbstreams"), stream_arn(stack.client("dynamodb"), names["Table"])
+        stack.client("dynamodbstreams"),
+        stream_arn(stack.client("dynamodb"), names["Table"]),
+        stack.region,
     )
     checkpoint = Checkpoint(state_dir / CHECKPOINT_FILE, reader.stream_arn, say)
     reader.resume(checkpoint.load())
@@ -132,6 +136,7 @@ def pump(
         checkpoint,
         carry_seconds=float(carry) if carry else CARRY_SECONDS,
         schedule=schedule,
+        region=stack.region,
     )
 
 

@@ -52,8 +52,10 @@ class QueueTrigger:
         invoke: Invoke,
         batch_size: int = 10,
         visibility_seconds: int = 30,
+        region: str = "us-east-1",
     ) -> None:
         self.sqs = sqs
+        self.region = region
         self.queue_url = queue_url
         self.invoke = invoke
         self.batch_size = batch_size
@@ -79,7 +81,7 @@ class QueueTrigger:
             ).get("Messages", [])
         if not messages:
             return None
-        event = {"Records": [sqs_event_record(m, self.queue_url) for m in messages]}
+        event = {"Records": [sqs_event_record(m, self.queue_url, self.region) for m in messages]}
         try:
             response = self.invoke(event)
         except Exception as error:  # e.g. Powertools' BatchProcessingError: every record failed
@@ -124,7 +126,9 @@ def failed_identifiers(response: Any) -> list[str]:
     return [str(f["itemIdentifier"]) for f in response.get("batchItemFailures") or []]
 
 
-def sqs_event_record(message: Mapping[str, Any], queue_url: str) -> dict[str, Any]:
+def sqs_event_record(
+    message: Mapping[str, Any], queue_url: str, region: str = "us-east-1"
+) -> dict[str, Any]:
     """An SQS message in Lambda's SQS event record shape."""
     return {
         "messageId": message["MessageId"],
@@ -134,6 +138,6 @@ def sqs_event_record(message: Mapping[str, Any], queue_url: str) -> dict[str, An
         "messageAttributes": message.get("MessageAttributes", {}),
         "md5OfBody": message["MD5OfBody"],
         "eventSource": "aws:sqs",
-        "eventSourceARN": f"arn:aws:sqs:us-east-1:000000000000:{queue_url.rsplit('/', 1)[-1]}",
-        "awsRegion": "us-east-1",
+        "eventSourceARN": f"arn:aws:sqs:{region}:000000000000:{queue_url.rsplit('/', 1)[-1]}",
+        "awsRegion": region,
     }

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -27,14 +27,24 @@ from tally.local import processes
 from tally.local.dynamodb_local import JAR_NAME, DynamoDBLocalUnavailable, tail
 from tally.local.dynamodb_local import command as dynamodb_command
 from tally.local.functions import bundled_rules
-from tally.local.stack_record import LocalStack, LocalStackError, load, local_client, sam_env
-from tally.local.stack_resources import PREFIX, counted_table, create_resources
+from tally.local.stack_record import (
+    REGION,
+    LocalStack,
+    LocalStackError,
+    Replication,
+    load,
+    local_client,
+    sam_env,
+)
+from tally.local.stack_resources import PREFIX, CountedTable, counted_table, create_resources
 from tally.local.state import (
     ALERTS_FILE,
     CHECKPOINT_FILE,
     DYNAMODB_LOG,
     FUNCTION_LOG,
     MOTO_LOG,
+    REGIONS_DIR,
+    REPLICATION_SETTINGS,
     SAM_ENV_FILE,
     STATE_FILE,
 )
@@ -44,6 +54,7 @@ from tally.local.template import load_template, template_path
 # `down` signals it, so a pid reused by another program is never touched.
 DYNAMODB_MARKER = JAR_NAME
 MOTO_MARKER = "moto.server"
+EMULATOR_MARKER = "tally.local.replication"
 
 _PROBE = Config(connect_timeout=1, read_timeout=2, retries={"max_attempts": 1})
 # Whether a recorded stack still answers: its processes run (checked first), so only a slow
@@ -71,26 +82,11 @@ def up(
     one whose processes are gone is replaced. With DYNAMODB_ENDPOINT set, that DynamoDB is
     used and no DynamoDB Local is started.
     """
-    bundled = bundled_rules(load_template(template_path()))
-    # The bundled rules named explicitly (`tally local env` exports them) are no rules of yours.
-    rules_file = rules_file.resolve() if rules_file and rules_file.resolve() != bundled else None
-    table = counted_table(rules_file, template.resolve() if template else None, table_id)
-    existing = load(state_dir)
+    rules_file, table = counted(rules_file, template, table_id)
+    existing = reuse(state_dir, rules_file, table)
     if existing is not None:
-        if answers(existing):
-            wanted = (str(rules_file) if rules_file else None, table.source)
-            if (existing.rules_file, existing.table_source) != wanted:
-                raise LocalStackError(
-                    f"the local stack runs table {existing.table_source} with rules "
-                    f"{existing.rules_file or 'bundled'}; `tally local down` first"
-                )
-            return replace(existing, already_running=True)
-        down(state_dir)  # stops whichever of its processes survived
-    if importlib.util.find_spec("moto") is None:
-        raise LocalStackError(
-            "local mode runs SNS and SQS on moto's server, which is not installed: "
-            "pip install 'tally-reconciler[local]'"
-        )
+        return existing
+    need_moto()
     # Only DYNAMODB_ENDPOINT: AWS_ENDPOINT_URL_DYNAMODB may be a stale `tally local env` export.
     external = os.environ.get("DYNAMODB_ENDPOINT")
     if external and dynamodb_port is not None:
@@ -113,11 +109,7 @@ def up(
     started: list[int] = []
     try:
         moto_endpoint = f"http://127.0.0.1:{moto_port}"
-        moto = _spawn(
-            [sys.executable, "-m", MOTO_MARKER, "-H", "127.0.0.1", "-p", str(moto_port)],
-            cwd=state_dir,
-            log=state_dir / MOTO_LOG,
-        )
+        moto = _moto(state_dir, moto_port)
         started.append(moto.pid)
         dynamodb_process = None
         if dynamodb is not None:
@@ -160,6 +152,70 @@ def up(
     return stack
 
 
+def counted(
+    rules_file: Path | None, template: Path | None, table_id: str
+) -> tuple[Path | None, CountedTable]:
+    """The rules file the stack's functions load (None: the bundled one) and its counted
+    table, checked against them."""
+    bundled = bundled_rules(load_template(template_path()))
+    # The bundled rules named explicitly (`tally local env` exports them) are no rules of yours.
+    rules_file = rules_file.resolve() if rules_file and rules_file.resolve() != bundled else None
+    return rules_file, counted_table(rules_file, template.resolve() if template else None, table_id)
+
+
+def reuse(
+    state_dir: Path,
+    rules_file: Path | None,
+    table: CountedTable,
+    replication: Replication | None = None,
+    regions: Sequence[str] = (REGION,),
+) -> LocalStack | None:
+    """The stack recorded in ``state_dir``, ``already_running``, when its processes answer and
+    it holds this table and these rules, Regions and replication (LocalStackError when it
+    holds others); None when there is none, or none left (its survivors are stopped)."""
+    existing = load(state_dir)
+    if existing is None:
+        return None
+    if not answers(existing):
+        down(state_dir)  # stops whichever of its processes survived
+        return None
+    wanted = (str(rules_file) if rules_file else None, table.source)
+    if (existing.rules_file, existing.table_source) != wanted:
+        raise LocalStackError(
+            f"the local stack runs table {existing.table_source} with rules "
+            f"{existing.rules_file or 'bundled'}; `tally local down` first"
+        )
+    if (existing.regions, _profile(existing.replication)) != (
+        list(regions),
+        _profile(replication),
+    ):
+        raise LocalStackError(
+            f"the local stack runs {_shape(existing.regions, existing.replication)}, not "
+            f"{_shape(regions, replication)}; `tally local down` first"
+        )
+    return replace(existing, already_running=True)
+
+
+def _profile(replication: Replication | None) -> tuple[object, ...]:
+    if replication is None:
+        return ()
+    return (replication.consistency, replication.lag_median_ms, replication.lag_p99_ms)
+
+
+def _shape(regions: Sequence[str], replication: Replication | None) -> str:
+    if replication is None:
+        return f"one Region ({', '.join(regions)})"
+    return f"Regions {', '.join(regions)} ({replication.describe()})"
+
+
+def need_moto() -> None:
+    if importlib.util.find_spec("moto") is None:
+        raise LocalStackError(
+            "local mode runs SNS and SQS on moto's server, which is not installed: "
+            "pip install 'tally-reconciler[local]'"
+        )
+
+
 def down(state_dir: Path, timeout: float = 10.0) -> list[str]:
     """Stop the processes `up` recorded and remove the state file; returns what it stopped.
 
@@ -169,9 +225,9 @@ def down(state_dir: Path, timeout: float = 10.0) -> list[str]:
     if stack is None:
         return []
     ours = {
-        pid: f"{name} (pid {pid}, port {port})"
-        for name, pid, marker, port in _recorded(stack)
-        if processes.runs(pid, marker, str(port))
+        pid: name
+        for name, pid, marker, argument in _recorded(stack)
+        if processes.runs(pid, marker, argument)
     }
     _stop(list(ours), timeout)
     (state_dir / STATE_FILE).unlink(missing_ok=True)
@@ -181,27 +237,59 @@ def down(state_dir: Path, timeout: float = 10.0) -> list[str]:
 
 def _forget(state_dir: Path) -> None:
     """Remove what belonged to a stopped stack: its alerts never show in the next one."""
-    for name in (ALERTS_FILE, CHECKPOINT_FILE, SAM_ENV_FILE):
-        (state_dir / name).unlink(missing_ok=True)
+    for directory in (state_dir, *sorted((state_dir / REGIONS_DIR).glob("*"))):
+        for name in (ALERTS_FILE, CHECKPOINT_FILE, SAM_ENV_FILE):
+            (directory / name).unlink(missing_ok=True)
+    (state_dir / REPLICATION_SETTINGS).unlink(missing_ok=True)
 
 
-def _recorded(stack: LocalStack) -> list[tuple[str, int, str, int]]:
-    """(name, pid, command-line marker, port) of each process the stack started."""
-    recorded = [("moto server", stack.moto_pid, MOTO_MARKER, stack.moto_port)]
-    if stack.dynamodb_pid is not None and stack.dynamodb_port is not None:
-        recorded.append(
-            ("DynamoDB Local", stack.dynamodb_pid, DYNAMODB_MARKER, stack.dynamodb_port)
+def _recorded(stack: LocalStack) -> list[tuple[str, int, str, str]]:
+    """(what it is, pid, command-line marker, port or settings file) of each process the
+    stack started: moto's server, the replication emulator, each DynamoDB Local."""
+    recorded = [
+        (
+            f"moto server (pid {stack.moto_pid}, port {stack.moto_port})",
+            stack.moto_pid,
+            MOTO_MARKER,
+            str(stack.moto_port),
         )
+    ]
+    replication = stack.replication
+    if replication is not None:
+        recorded.append(
+            (
+                f"replication emulator (pid {replication.pid}, {replication.settings})",
+                replication.pid,
+                EMULATOR_MARKER,
+                replication.settings,
+            )
+        )
+    databases: dict[tuple[int, int], list[str]] = {}
+    for regional in (stack, *stack.replicas):
+        if regional.dynamodb_pid is not None and regional.dynamodb_port is not None:
+            databases.setdefault((regional.dynamodb_pid, regional.dynamodb_port), []).append(
+                regional.region
+            )
+    for (pid, port), regions in databases.items():
+        name = (
+            "DynamoDB Local" if replication is None else f"DynamoDB Local of {', '.join(regions)}"
+        )
+        recorded.append((f"{name} (pid {pid}, port {port})", pid, DYNAMODB_MARKER, str(port)))
     return recorded
 
 
 def answers(stack: LocalStack) -> bool:
     """Whether the recorded processes are still ours and every endpoint answers."""
-    if not all(processes.runs(pid, m, str(port)) for _, pid, m, port in _recorded(stack)):
+    if not all(processes.runs(pid, m, argument) for _, pid, m, argument in _recorded(stack)):
         return False
-    ddb = local_client("dynamodb", stack.dynamodb_endpoint, _ALIVE)
     sqs = local_client("sqs", stack.moto_endpoint, _ALIVE)
-    return _probe(partial(ddb.list_tables, Limit=1)) and _probe(sqs.list_queues)
+    if not _probe(sqs.list_queues):
+        return False
+    for regional in (stack, *stack.replicas):
+        ddb = local_client("dynamodb", regional.dynamodb_endpoint, _ALIVE, regional.region)
+        if not _probe(partial(ddb.list_tables, Limit=1)):
+            return False
+    return True
 
 
 def _probe(call: Callable[[], object]) -> bool:
@@ -227,6 +315,14 @@ def _reserve_port(held: contextlib.ExitStack, host: str, port: int | None, what:
         ) from exc
     chosen: int = sock.getsockname()[1]
     return chosen
+
+
+def _moto(state_dir: Path, port: int) -> subprocess.Popen[bytes]:
+    return _spawn(
+        [sys.executable, "-m", MOTO_MARKER, "-H", "127.0.0.1", "-p", str(port)],
+        cwd=state_dir,
+        log=state_dir / MOTO_LOG,
+    )
 
 
 def _spawn(command: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -13,7 +13,7 @@ import boto3
 from botocore.config import Config
 
 from tally.local.functions import bundled_rules, functions
-from tally.local.state import STATE_DIR_NAME, STATE_FILE
+from tally.local.state import REGIONS_DIR, STATE_DIR_NAME, STATE_FILE
 from tally.local.template import load_template, template_path
 
 # Athena does not run locally: the audit query function only names the database in its SQL.
@@ -37,16 +37,49 @@ def default_state_dir() -> Path:
     return template_path().parent / STATE_DIR_NAME
 
 
-def local_client(service: Service, endpoint: str, config: Config | None = None) -> Any:
+def local_client(
+    service: Service, endpoint: str, config: Config | None = None, region: str = REGION
+) -> Any:
     """A boto3 client for a local endpoint, with the dummy credentials."""
     return boto3.client(
         service,
         endpoint_url=endpoint,
-        region_name=REGION,
+        region_name=region,
         aws_access_key_id=ACCESS_KEY_ID,
         aws_secret_access_key=SECRET_ACCESS_KEY,
         config=config,
     )
+
+
+def region_dir(state_dir: Path, region: str) -> Path:
+    """Where a multi-Region stack keeps a Region's alerts, checkpoint and functions' log (the
+    first Region's are the state directory's own, as on a single-Region stack)."""
+    return state_dir / REGIONS_DIR / region
+
+
+@dataclass(frozen=True)
+class Replication:
+    """A multi-Region stack's emulator (``python -m tally.local.replication SETTINGS``): a
+    DynamoDB endpoint per Region, replicating the counted table between them."""
+
+    pid: int
+    # Its settings file, the one argument of its command line: how `down` knows the process.
+    settings: str
+    consistency: str  # "eventual" (MREC) or "strong" (MRSC)
+    # Each change's lag on a link: drawn (a median and a 99th percentile), fixed (no p99),
+    # or none (strong).
+    lag_median_ms: int | None = None
+    lag_p99_ms: int | None = None
+
+    def describe(self) -> str:
+        if self.consistency == "strong":
+            return "strongly consistent (MRSC), one DynamoDB Local"
+        if self.lag_p99_ms is None:
+            return f"eventually consistent (MREC), replication lag {self.lag_median_ms} ms"
+        return (
+            f"eventually consistent (MREC), replication lag median {self.lag_median_ms} ms, "
+            f"p99 {self.lag_p99_ms} ms"
+        )
 
 
 @dataclass(frozen=True)
@@ -78,6 +111,24 @@ class LocalStack:
     table_source: str = ""
     # The repair switches' SSM parameter, on moto's server ("" in a stack started before it).
     repair_switches_parameter: str = ""
+    # Its Region: always us-east-1 but on a multi-Region stack (`up --regions`).
+    region: str = REGION
+    # A multi-Region stack: its emulator, and the records of the Regions after the first (this
+    # one is the first's). Its DynamoDB endpoint is then the emulator's front for the Region,
+    # and ``dynamodb_pid``/``dynamodb_port`` the DynamoDB Local behind it.
+    replication: Replication | None = None
+    replicas: tuple[LocalStack, ...] = ()
+
+    @property
+    def regions(self) -> list[str]:
+        return [self.region, *(replica.region for replica in self.replicas)]
+
+    def in_region(self, region: str) -> LocalStack:
+        """The stack as ``region`` sees it; LookupError saying which Regions it runs."""
+        for stack in (self, *self.replicas):
+            if stack.region == region:
+                return stack
+        raise LookupError(f"the local stack runs {', '.join(self.regions)}, not {region}")
 
     def names(self) -> dict[str, str]:
         """Template logical id -> local name, ARN or URL: what ``Ref`` resolves to."""
@@ -96,15 +147,26 @@ class LocalStack:
         """A boto3 client for the service's local endpoint, with the dummy credentials."""
         moto = service in ("sns", "sqs", "ssm")
         endpoint = self.moto_endpoint if moto else self.dynamodb_endpoint
-        return local_client(service, endpoint)
+        return local_client(service, endpoint, region=self.region)
 
-    def save(self) -> None:
-        """Write the state file, atomically so a concurrent reader never sees half of it."""
+    def _state(self) -> dict[str, Any]:
+        """The fields of this Region's record; a single-Region stack's as they always were."""
+        multi = ("region", "replication", "replicas")
         state = {
             f.name: getattr(self, f.name)
             for f in fields(self)
-            if f.name not in ("state_dir", "already_running")
+            if f.name not in ("state_dir", "already_running", *multi)
         }
+        if self.replication is not None:
+            state["region"] = self.region
+        return state
+
+    def save(self) -> None:
+        """Write the state file, atomically so a concurrent reader never sees half of it."""
+        state = self._state()
+        if self.replication is not None:
+            state["replication"] = asdict(self.replication)
+            state["replicas"] = [replica._state() for replica in self.replicas]
         path = self.state_dir / STATE_FILE
         staging = path.with_suffix(".tmp")
         staging.write_text(json.dumps(state, indent=2) + "\n")
@@ -116,10 +178,27 @@ def load(state_dir: Path) -> LocalStack | None:
     path = state_dir / STATE_FILE
     try:
         state = json.loads(path.read_text())
-        return LocalStack(**state, state_dir=state_dir)
+        replication = state.pop("replication", None)
+        replicas = state.pop("replicas", [])
+        stack = LocalStack(**state, state_dir=state_dir)
+        if replication is not None:
+            shared = Replication(**replication)
+            stack = replace(
+                stack,
+                replication=shared,
+                replicas=tuple(
+                    LocalStack(
+                        **replica,
+                        state_dir=region_dir(state_dir, replica["region"]),
+                        replication=shared,
+                    )
+                    for replica in replicas
+                ),
+            )
+        return stack
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, KeyError) as exc:
         raise LocalStackError(
             f"{path} is not a readable tally local state file ({exc}); "
             "stop the processes it names and remove it"
@@ -135,7 +214,9 @@ def env(stack: LocalStack) -> dict[str, str]:
         "AWS_ENDPOINT_URL_SNS": stack.moto_endpoint,
         "AWS_ENDPOINT_URL_SQS": stack.moto_endpoint,
         "AWS_ENDPOINT_URL_SSM": stack.moto_endpoint,
-        "AWS_DEFAULT_REGION": REGION,
+        "AWS_DEFAULT_REGION": stack.region,
+        # A multi-Region stack's Region for the SDKs that read AWS_REGION (boto3 does not).
+        **({"AWS_REGION": stack.region} if stack.replication is not None else {}),
         "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
         "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
         "TABLE_NAME": stack.table_name,

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from tally.local.functions import bundled_rules, parameter_defaults
-from tally.local.stack_record import LocalStack, LocalStackError, local_client
+from tally.local.stack_record import REGION, LocalStack, LocalStackError, local_client
 from tally.local.template import (
     TemplateResourceError,
     create_table,
@@ -112,15 +112,16 @@ def create_resources(
     moto_endpoint: str,
     moto_pid: int,
     moto_port: int,
+    region: str = REGION,
 ) -> LocalStack:
     """Create the counted table, the template's audit table, topic and queues, the alert
-    inbox subscribed to the topic, and the repair switches' parameter."""
+    inbox subscribed to the topic, and the repair switches' parameter, in ``region``."""
     template = load_template(template_path())
 
     def name(suffix: str) -> str:
         return f"{prefix}-{suffix}"
 
-    dynamodb = local_client("dynamodb", dynamodb_endpoint)
+    dynamodb = local_client("dynamodb", dynamodb_endpoint, region=region)
     table = _existing(dynamodb, name(TABLE))
     if table is None:
         kwargs = counted.kwargs | {"TableName": name(TABLE)}
@@ -133,8 +134,8 @@ def create_resources(
     if _existing(dynamodb, name(AUDIT_TABLE)) is None:
         create_table(dynamodb, template, "AuditTable", name(AUDIT_TABLE))
 
-    sns = local_client("sns", moto_endpoint)
-    sqs = local_client("sqs", moto_endpoint)
+    sns = local_client("sns", moto_endpoint, region=region)
+    sqs = local_client("sqs", moto_endpoint, region=region)
     topic_properties = resource(template, "AlertTopic", "AWS::SNS::Topic").get("Properties", {})
     topic_arn: str = sns.create_topic(
         Name=name(ALERT_TOPIC),
@@ -153,7 +154,7 @@ def create_resources(
         Endpoint=_queue_arn(sqs, inbox_url),
         ReturnSubscriptionArn=True,
     )["SubscriptionArn"]
-    switches = repair_switches(local_client("ssm", moto_endpoint), template, prefix)
+    switches = repair_switches(local_client("ssm", moto_endpoint, region=region), template, prefix)
     return LocalStack(
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         table_name=name(TABLE),
@@ -174,6 +175,7 @@ def create_resources(
         state_dir=state_dir,
         table_source=counted.source,
         repair_switches_parameter=switches,
+        region=region,
     )
 
 

@@ -18,3 +18,9 @@ CHECKPOINT_FILE = "stream-checkpoint.json"
 ALERTS_FILE = "alerts.jsonl"
 # `tally demo` runs on a stack of its own, recorded in this subdirectory.
 DEMO_DIR = "demo"
+# A multi-Region stack: each Region after the first keeps its alerts, checkpoint and
+# functions' log in a directory of this one named for it.
+REGIONS_DIR = "regions"
+# Its emulator's settings (what `up --regions` asked for) and log.
+REPLICATION_SETTINGS = "replication.json"
+REPLICATION_LOG = "replication.log"
