@@ -123,11 +123,14 @@ class Layout:
         return self.regions[:1] if self.consistency == "strong" else self.regions
 
     def replication(self, pid: int = 0, settings: str = "") -> Replication:
+        regions = list(self.regions)
         if self.consistency == "strong":
-            return Replication(pid, settings, "strong")
+            return Replication(pid, settings, "strong", regions=regions)
         if self.lag_ms is not None:
-            return Replication(pid, settings, "eventual", self.lag_ms)
-        return Replication(pid, settings, "eventual", DEFAULT_LAG_MEDIAN_MS, DEFAULT_LAG_P99_MS)
+            return Replication(pid, settings, "eventual", self.lag_ms, regions=regions)
+        return Replication(
+            pid, settings, "eventual", DEFAULT_LAG_MEDIAN_MS, DEFAULT_LAG_P99_MS, regions=regions
+        )
 
 
 def emulator_settings(layout: Layout, databases: dict[str, str], table: str) -> dict[str, object]:

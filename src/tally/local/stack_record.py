@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,6 +70,23 @@ class Replication:
     # or none (strong).
     lag_median_ms: int | None = None
     lag_p99_ms: int | None = None
+    # The Regions, in order (the first is every parent's home Region).
+    regions: list[str] = field(default_factory=list)
+
+    def settle_seconds(self) -> int:
+        """The reconciler's settle window: ten times the slowest lag the links are given
+        (AWS's advice: ten times the recent maximum ReplicationLatency), 5 s at least."""
+        slowest = self.lag_p99_ms or self.lag_median_ms or 0
+        return max(5, -(-10 * slowest // 1000))
+
+    def global_env(self) -> dict[str, str]:
+        """What the functions of each Region read to run as on a Global Table."""
+        if not self.regions:
+            return {}
+        return {
+            "GLOBAL_REGIONS": ",".join(self.regions),
+            "SETTLE_SECONDS": str(self.settle_seconds()),
+        }
 
     def describe(self) -> str:
         if self.consistency == "strong":
@@ -215,8 +232,10 @@ def env(stack: LocalStack) -> dict[str, str]:
         "AWS_ENDPOINT_URL_SQS": stack.moto_endpoint,
         "AWS_ENDPOINT_URL_SSM": stack.moto_endpoint,
         "AWS_DEFAULT_REGION": stack.region,
-        # A multi-Region stack's Region for the SDKs that read AWS_REGION (boto3 does not).
+        # A multi-Region stack's Region for the SDKs that read AWS_REGION (boto3 does not),
+        # and the Global Table the functions run on (docs/global-tables.md).
         **({"AWS_REGION": stack.region} if stack.replication is not None else {}),
+        **(stack.replication.global_env() if stack.replication is not None else {}),
         "AWS_ACCESS_KEY_ID": ACCESS_KEY_ID,
         "AWS_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY,
         "TABLE_NAME": stack.table_name,

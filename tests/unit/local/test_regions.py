@@ -110,7 +110,11 @@ def test_the_strongly_consistent_profile_has_three_regions_one_database_and_no_l
     three = ("us-east-1", "eu-west-1", "ap-southeast-2")
     strong = Layout(three, "strong")
     assert strong.databases == ("us-east-1",)
-    assert strong.replication() == Replication(0, "", "strong")
+    assert strong.replication() == Replication(0, "", "strong", regions=list(three))
+    assert strong.replication().global_env() == {
+        "GLOBAL_REGIONS": "us-east-1,eu-west-1,ap-southeast-2",
+        "SETTLE_SECONDS": "5",
+    }
     with pytest.raises(ValueError, match="exactly three Regions, not 2"):
         Layout(three[:2], "strong")
     with pytest.raises(ValueError, match="no replication lag"):
@@ -203,3 +207,17 @@ def test_a_regions_functions_run_with_its_region_as_lambda_sets_it(
     arn = runner.invoker(eu, "ReconcilerFunction")({})
     assert arn == "arn:aws:lambda:eu-west-1:000000000000:function:tally-local"
     assert seen == {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "eu-west-1"}
+
+
+@pytest.mark.parametrize(
+    ("median", "p99", "settle"), [(300, 2000, 20), (1000, None, 10), (0, None, 5), (None, None, 5)]
+)
+def test_the_functions_settle_window_is_ten_times_the_slowest_lag(
+    median: int | None, p99: int | None, settle: int
+) -> None:
+    regions = ["us-east-1", "eu-west-1"]
+    replication = Replication(1, "s.json", "eventual", median, p99, regions=regions)
+    assert replication.global_env() == {
+        "GLOBAL_REGIONS": "us-east-1,eu-west-1",
+        "SETTLE_SECONDS": str(settle),
+    }
