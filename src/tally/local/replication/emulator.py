@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.local.replication.clocks import KeyLocks, RegionClock
 from tally.local.replication.proxy import ConflictWindow, RegionFront, RegionServer
@@ -117,6 +117,7 @@ class Emulator:
         }
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._trouble: dict[str, str] = {}  # what keeps a thread from its work, by thread
 
     @property
     def eventual(self) -> bool:
@@ -165,19 +166,29 @@ class Emulator:
         while not self._stop.wait(0.02):
             try:
                 self.collect()
-            except ClientError:
-                continue  # a table being created or deleted: read again next time
+                self._trouble.pop("collect", None)
+            except (ClientError, BotoCoreError) as exc:
+                # A table being made or deleted, a database not answering: read again next
+                # time; the status says why meanwhile.
+                self._trouble["collect"] = f"{type(exc).__name__}: {exc}"
 
     def _delivering(self, source: str, destination: str) -> None:
         link = self.replicator.links[(source, destination)]
+        name = f"{source} -> {destination}"
         while not self._stop.wait(0.005):
             if {source, destination} & self.replicator.offline:
                 continue
             for key in link.due(time.monotonic()):
                 try:
                     self.replicator.deliver(source, destination, key)
+                    self._trouble.pop(name, None)
                 except ClientError:
                     continue  # the table is gone in the destination: the change is dropped
+                except BotoCoreError as exc:
+                    # The destination does not answer: the change waits on the link.
+                    self.replicator.hold_again(source, destination, key)
+                    self._trouble[name] = f"{type(exc).__name__}: {exc}"
+                    break
 
     # --- deterministic steps ------------------------------------------------------------------
 
@@ -252,6 +263,8 @@ class Emulator:
             "regions": self.endpoints(),
             "tables": list(self.settings.tables),
             **self.replicator.status(),
+            "trouble": dict(self._trouble),
+            "threads_alive": all(t.is_alive() for t in self._threads),
         }
 
     def control(self, method: str, action: str, given: dict[str, Any]) -> Any:

@@ -88,6 +88,7 @@ class LinkQueue:
     applied: int = 0
     lost: int = 0
     sending: int = 0  # taken off ``pending``, not applied yet
+    last: Change | None = None  # the change taken off last (held again if it failed)
 
     def hold(self, change: Change, due: float) -> None:
         held = self.pending.get(change.item_key)
@@ -224,6 +225,7 @@ class Replicator:
         with self._mutex:
             change, _ = link.pending.pop(key)
             link.sending += 1
+            link.last = change
         try:
             applied = self._apply(destination, change)
         finally:
@@ -289,6 +291,14 @@ class Replicator:
         """Back online: what its links held meanwhile is due now (replayed)."""
         with self._mutex:
             self.offline.discard(region)
+
+    def hold_again(self, source: str, destination: str, key: ItemKey) -> None:
+        """A delivery that failed to reach its destination: its change waits again, due now
+        (a newer change of the item held meanwhile stays the one sent)."""
+        link = self.links[(source, destination)]
+        with self._mutex:
+            if link.last is not None and link.last.item_key == key:
+                link.hold(link.last, self._now())
 
     def busy(self) -> bool:
         """Whether a link between online Regions holds a change or is applying one."""
