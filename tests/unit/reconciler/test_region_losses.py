@@ -124,3 +124,21 @@ def test_every_region_names_the_same_home_for_a_parent(key: dict[str, str]) -> N
 def test_an_unknown_home_rule_is_named() -> None:
     with pytest.raises(ValueError, match="'sa-east-1'"):
         home_region(POST, [US, EU], "sa-east-1")
+
+
+def test_on_a_global_table_every_rule_is_judged_settled_and_never_repaired() -> None:
+    from tally.reconciler.protocol.regions import settled_rules
+    from tally.rules import DEFAULT_RULES_FILE, SequenceRule, TallyRule, load_rules
+
+    rules = load_rules(DEFAULT_RULES_FILE)
+    settled = settled_rules(rules, 45)
+    assert [r.name for r in settled] == [r.name for r in rules]
+    for before, after in zip(rules, settled, strict=True):
+        assert after.repair == "alert"
+        if isinstance(after, SequenceRule):
+            assert isinstance(before, SequenceRule)
+            assert after.grace_seconds == max(before.grace_seconds, 45)
+        elif isinstance(after, TallyRule) and not (after.through and after.through.stamp):
+            assert isinstance(before, TallyRule)
+            assert after.lag_seconds == (before.lag_seconds or 45)
+    assert any(r.repair == "auto" for r in rules)  # the bundled rules do repair, elsewhere

@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from tally.core.regions import CHILD_ID, ORIGIN, added, created_in, is_regional, writes
-from tally.rules import AnyRule, RuleSet, TallyRule
+from tally.rules import AnyRule, RuleSet, SequenceRule, TallyRule
 
 LossKind = Literal["child_overwritten", "increments_lost"]
 
@@ -122,14 +122,21 @@ def settled_rules(rules: RuleSet, settle_seconds: int) -> RuleSet:
     """The rules as a Global Table's home Region judges them: every count and sum whose
     children may arrive from another Region before or after its counter is judged only once
     replication had ``settle_seconds`` (as a counter a stream aggregator keeps: two recounts
-    that long apart must agree), and alerted, not repaired: a repair in one Region would
-    race a write still on its way from another, and last writer wins would drop that write.
-    A rule already judged after a lag keeps its own; one whose writers stamp its parents
-    (``through.stamp``) is judged by its stamps, as ever."""
+    that long apart must agree), a sequence's gaps after at least that grace, and every rule
+    alerted, not repaired: a repair in one Region would race a write still on its way from
+    another, and last writer wins would drop that write. A rule already judged after a lag
+    keeps its own; one whose writers stamp its parents (``through.stamp``) is judged by its
+    stamps, as ever."""
     settled: list[AnyRule] = []
     for rule in rules:
         stamped = isinstance(rule, TallyRule) and rule.through and rule.through.stamp
         if isinstance(rule, TallyRule) and rule.lag_seconds is None and not stamped:
-            rule = rule.model_copy(update={"lag_seconds": settle_seconds, "repair": "alert"})
-        settled.append(rule)
+            rule = rule.model_copy(update={"lag_seconds": settle_seconds})
+        elif isinstance(rule, SequenceRule):
+            # A gap is judged once members had the settle window to arrive, as a gap's grace.
+            grace = max(rule.grace_seconds, settle_seconds)
+            rule = rule.model_copy(update={"grace_seconds": grace})
+        # Alerted, never repaired: a void marker or a counter set in one Region would race a
+        # member or an allocation still on its way from another.
+        settled.append(rule.model_copy(update={"repair": "alert"}))
     return RuleSet(rules.table, settled)
