@@ -207,6 +207,8 @@ class Finding:
     def message_attributes(self) -> dict[str, dict[str, str]]:
         repair = self.repair.status if self.repair else "skipped"
         values = {"kind": self.kind, "rule": self.rule, "severity": self.severity, "repair": repair}
+        if self.region is not None:
+            values["region"] = self.region
         return {name: {"DataType": "String", "StringValue": v} for name, v in values.items()}
 
 
