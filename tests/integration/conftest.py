@@ -53,6 +53,8 @@ SLOWEST_FIRST = (
     "test_readme.py",
     "test_local_doc.py",
     "test_local_regions.py",
+    "test_global_tables_emulator.py",
+    "test_global_tables_losses.py",
     "test_events.py",
     "test_local_stack.py",
     "test_writer_api_refusals.py",
