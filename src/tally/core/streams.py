@@ -220,12 +220,14 @@ class StreamReader:
             shard.iterator = self._new_iterator(shard)
         try:
             response = self._client.get_records(ShardIterator=shard.iterator, Limit=limit)
-        except (
-            self._client.exceptions.ExpiredIteratorException,
+        except self._client.exceptions.ExpiredIteratorException:
+            shard.iterator = self._new_iterator(shard)
+            response = self._client.get_records(ShardIterator=shard.iterator, Limit=limit)
+        except ClientError as error:
             # DynamoDB Local: the iterator an empty shard handed back points past a position
             # other tables' records have used since; a new one from the same start is good.
-            self._client.exceptions.TrimmedDataAccessException,
-        ):
+            if error.response.get("Error", {}).get("Code") != "TrimmedDataAccessException":
+                raise
             shard.iterator = self._new_iterator(shard)
             response = self._client.get_records(ShardIterator=shard.iterator, Limit=limit)
         records = response["Records"]
