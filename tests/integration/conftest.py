@@ -305,6 +305,7 @@ def _clear_caches() -> None:
     runtime.rules.cache_clear()
     runtime._clients.cache_clear()
     runtime._switch_parameter.cache_clear()
+    runtime.global_mode.cache_clear()
 
 
 @pytest.fixture

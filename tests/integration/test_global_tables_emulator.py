@@ -302,6 +302,12 @@ def test_no_answer_and_no_record_shows_the_hidden_stamp(two: GlobalTable) -> Non
     assert not any(n.endswith(".gt-tombstones") for n in dynamodb.list_tables()["TableNames"])
 
 
+def test_a_replica_is_described_as_aws_describes_one(two: GlobalTable) -> None:
+    described = two.clients[EU].describe_table(TableName=two.name)["Table"]
+    assert described["Replicas"] == [{"RegionName": US, "ReplicaStatus": "ACTIVE"}]
+    assert described["GlobalTableVersion"] == "2019.11.21"
+
+
 def test_a_local_write_that_changes_nothing_leaves_no_record(two: GlobalTable) -> None:
     two.put(US, post(1))
     two.records(US)

@@ -12,7 +12,7 @@ from tally.core.regions import CHILD_ID, is_regional
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.reconciler.protocol.regions import Loss, own_loss, still_lost
 from tally.rules import DEFAULT_RULES_FILE, load_rules
-from tally.writers import SequenceAllocator, TallyWriter
+from tally.writers import InvalidRequestError, SequenceAllocator, TallyWriter
 from tests.harness.regions import AP, EU, US, GlobalTable, plain, wire
 
 RULES = load_rules(DEFAULT_RULES_FILE)
@@ -130,5 +130,23 @@ def test_a_writer_without_a_region_writes_no_stamps(databases: dict[str, str]) -
         like, post = table.item(US, LIKE), table.item(US, POST)
         assert like == LIKE and post is not None and post["likeTally"] == 1
         assert not [name for name in post if is_regional(name)]
+    finally:
+        table.close()
+
+
+def test_a_writer_given_a_region_refuses_the_attributes_it_stamps(
+    databases: dict[str, str],
+) -> None:
+    table = GlobalTable.make({US: databases[US], EU: databases[EU]})
+    try:
+        table.put(US, {**POST, "likeTally": 0})
+        writer = TallyWriter(table.clients[US], table.name, RULES, region=US)
+        with pytest.raises(InvalidRequestError) as refused:
+            writer.add_child(LIKE, {"tallyChildId": "eu-west-1:forged"})
+        assert refused.value.field == ("attributes", "tallyChildId")
+        numbers = SequenceAllocator(table.clients[US], table.name, RULES, region=US)
+        with pytest.raises(InvalidRequestError):
+            numbers.allocate(PROJECT, attributes={"tallyOrigin": "eu-west-1"})
+        assert table.item(US, LIKE) is None
     finally:
         table.close()

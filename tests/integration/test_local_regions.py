@@ -180,6 +180,16 @@ def test_a_pump_per_region_runs_the_handlers_in_that_region_and_alerts_say_where
     assert "us-east-1: pump: idle." in both.stderr and "eu-west-1: pump: idle." in both.stderr
 
 
+def test_an_operator_cannot_repair_a_global_table_by_hand(
+    two: tuple[LocalStack, dict[str, str]],
+) -> None:
+    _, env = two
+    refused = tally("audit", "--repair", env=env, expect=2)
+    assert "is a Global Table (replicas in eu-west-1)" in refused.stderr
+    assert "never repairs" in refused.stderr
+    assert tally("replay", env=env, expect=2).stderr.count("Global Table") == 1
+
+
 def test_the_pumps_of_every_region_stop_together(two: tuple[LocalStack, dict[str, str]]) -> None:
     stack, env = two
     checkpoints = [r.state_dir / "stream-checkpoint.json" for r in (stack, *stack.replicas)]

@@ -32,6 +32,8 @@ def audit(options: argparse.Namespace) -> int:
         rules = load_rules()
         rule = _rule(rules, options.rule, options.parent)
         total = targets.item_count()
+        if options.repair:
+            targets.refuse_repairs_on_a_global_table("tally audit --repair")
         export = None
         if options.export is not None:
             export = _read_export(options.export, options.export_of_another_table)
@@ -208,6 +210,7 @@ def replay(options: argparse.Namespace) -> int:
 
     with targets.environment(options.stack, rules_file(options)):
         targets.item_count()
+        targets.refuse_repairs_on_a_global_table("tally replay")
         outcome = replay(say=console.note)
     print(json.dumps(outcome))
     return 0 if not outcome["failed"] else 1

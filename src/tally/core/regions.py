@@ -4,9 +4,9 @@ from its own stream, that a write of its own was overwritten by last-writer-wins
 - ``tallyOrigin``: the Region of the write that made this version of the item.
 - ``tallyChildId``: made once, when a writer creates a child or member: ``<Region>:<random>``.
   Another Region's child under the same key (a number handed out twice) has another id.
-- ``tallyAdded@<Region>`` and ``tallyWrites@<Region>`` on a parent: what that Region's
-  writers added to its counters, and how many writes, in this version's history. A version
-  from another Region that replaces one of ours and holds less of ours lost the difference.
+- ``tallyWrites@<Region>`` on a parent: how many writes that Region's writers made to its
+  counters, in this version's history. A version from another Region that replaces one of
+  ours and holds fewer of ours lost the difference.
 
 A single-Region table never carries them: the writers stamp only when given a Region.
 """
@@ -15,12 +15,7 @@ from __future__ import annotations
 
 ORIGIN = "tallyOrigin"
 CHILD_ID = "tallyChildId"
-_ADDED = "tallyAdded@"
 _WRITES = "tallyWrites@"
-
-
-def added(region: str) -> str:
-    return f"{_ADDED}{region}"
 
 
 def writes(region: str) -> str:
@@ -37,4 +32,4 @@ def created_in(child_id: object) -> str | None:
 def is_regional(name: str) -> bool:
     """Whether an attribute is one of these (kept out of a child's payload and a user's
     attributes)."""
-    return name in (ORIGIN, CHILD_ID) or name.startswith((_ADDED, _WRITES))
+    return name in (ORIGIN, CHILD_ID) or name.startswith(_WRITES)

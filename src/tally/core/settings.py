@@ -47,7 +47,7 @@ class Settings(BaseModel):
     verify_concurrency: int = Field(default=16, ge=1, le=32, alias="VERIFY_CONCURRENCY")
     # A Global Table (docs/global-tables.md): its Regions, comma-separated (unset: a
     # single-Region table, as ever); this function's Region (Lambda sets AWS_REGION); the
-    # Region that judges each parent (a Region, or "by-key"; default the first listed); and
+    # Region that judges every parent (default the first listed); and
     # how long replication is given to settle before an imbalance is evidence.
     global_regions: str | None = Field(default=None, alias="GLOBAL_REGIONS")
     aws_region: str | None = Field(default=None, alias="AWS_REGION")
@@ -63,8 +63,8 @@ class Settings(BaseModel):
             raise ValueError("GLOBAL_REGIONS: two or more distinct Regions, comma-separated")
         if self.aws_region not in regions:
             raise ValueError("AWS_REGION: this function's Region must be one of GLOBAL_REGIONS")
-        if self.home_region and self.home_region not in (*regions, "by-key"):
-            raise ValueError("HOME_REGION: one of GLOBAL_REGIONS, or by-key")
+        if self.home_region and self.home_region not in regions:
+            raise ValueError("HOME_REGION: one of GLOBAL_REGIONS")
         return self
 
     def regions(self) -> list[str]:

@@ -16,6 +16,10 @@ from tally.reconciler import runtime
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if not runtime.at_home():
+        # A Global Table's parents are its home Region's to judge: one audit, one alert each.
+        logger.info("full audit: runs in the home Region only")
+        return {"skipped": "the full audit runs in the Global Table's home Region"}
     reconciler = runtime.reconciler()
     # Sequences go through the recheck queue, so their grace period protects fresh numbers.
     report = full_audit(reconciler, rule=event.get("rule"), defer_sequences=True)

@@ -132,10 +132,16 @@ class Allocate(_Body):
 
 @lru_cache(maxsize=1)
 def _writers() -> tuple[TallyWriter, SequenceAllocator]:
-    rules = load_rules(settings().rules_file)
+    env = settings()
+    rules = load_rules(env.rules_file)
     client = dynamodb_client()
-    table = settings().table_name
-    return TallyWriter(client, table, rules), SequenceAllocator(client, table, rules)
+    table = env.table_name
+    # On a Global Table every write leaves its Region's evidence (docs/global-tables.md).
+    region = env.aws_region if env.regions() else None
+    return (
+        TallyWriter(client, table, rules, region=region),
+        SequenceAllocator(client, table, rules, region=region),
+    )
 
 
 def _json(status: int, body: dict[str, Any]) -> Response[str]:

@@ -46,6 +46,13 @@ def global_mode() -> GlobalMode | None:
     return GlobalMode(env.aws_region, tuple(regions), home, env.settle_seconds)
 
 
+def at_home() -> bool:
+    """Whether this function judges parents: always on a single-Region table; on a Global
+    Table, in the home Region only."""
+    mode = global_mode()
+    return mode is None or mode.at_home
+
+
 # The outbox retries a failed publish; an SDK retry of a publish whose response was lost
 # would only fan out into copies of the same alert.
 # Bounded calls, so the handler's deadline (it stops starting groups 20 s before the

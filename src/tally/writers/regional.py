@@ -1,6 +1,6 @@
 """A writer's transaction on a multi-Region table, stamped with what ``tally.core.regions``
 names: the origin Region on every item written, an id on every child or member created, and
-on every parent's counter update what this Region adds and how many writes it made."""
+on every parent's counter update one more of this Region's writes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tally.core.regions import CHILD_ID, ORIGIN, added, writes
+from tally.core.regions import CHILD_ID, ORIGIN, writes
 
 _CLAUSE = {name: re.compile(rf"(?<![#:\w.]){name}\b", re.IGNORECASE) for name in ("ADD", "SET")}
 
@@ -35,10 +35,11 @@ def _stamp_update(update: Mapping[str, Any], region: str) -> dict[str, Any]:
     values[":tallyOrigin"] = {"S": region}
     expression = _into_clause(expression, "SET", "#tallyOrigin = :tallyOrigin")
     if ":delta" in values and _CLAUSE["ADD"].search(expression):
-        # A parent's counter: what this Region added to it, and one more write of its.
-        names |= {"#tallyAdded": added(region), "#tallyWrites": writes(region)}
+        # A parent's counter (``parents.parent_update``'s ADD of ``:delta``): one more write
+        # of this Region's.
+        names["#tallyWrites"] = writes(region)
         values[":tallyOne"] = {"N": "1"}
-        expression = _into_clause(expression, "ADD", "#tallyAdded :delta, #tallyWrites :tallyOne")
+        expression = _into_clause(expression, "ADD", "#tallyWrites :tallyOne")
     out |= {
         "UpdateExpression": expression,
         "ExpressionAttributeNames": names,

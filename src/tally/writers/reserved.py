@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tally.core.regions import is_regional
 from tally.rules import REPAIR_MARKER, AnyRule, IndexMembers, RuleSet, SequenceRule, TallyRule
 from tally.writers.errors import Field, InvalidRequestError
 
@@ -40,3 +41,13 @@ def refuse_reserved(
     for name in attributes:
         if name in reserved:
             raise InvalidRequestError((*field, name), f"is reserved: {name!r} {reserved[name]}")
+
+
+def refuse_regional(attributes: Mapping[str, Any], field: Field) -> None:
+    """On a Global Table, the attributes the writers stamp (``tally.core.regions``): a caller's
+    own would forge or hide the evidence of a lost write."""
+    for name in attributes:
+        if is_regional(name):
+            raise InvalidRequestError(
+                (*field, name), f"is reserved: {name!r} is stamped by the writers of a Global Table"
+            )

@@ -31,6 +31,7 @@ from tally.writers.errors import CounterBehindError, InvalidCounterError
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.items import LARGEST
 from tally.writers.regional import stamped_update
+from tally.writers.reserved import refuse_regional
 from tally.writers.transactions import (
     REVISION_LIMIT,
     new_token,
@@ -88,6 +89,8 @@ class SequenceAllocator(GuardedWriter):
         request = allocation_request(
             self.rules, counter_key, strategy, count, attributes or {}, member_key
         )
+        if self.region is not None:
+            refuse_regional(request.attributes, ("attributes",))
         keyed = self.guards.request(
             idempotency_key,
             "allocate",

@@ -37,7 +37,7 @@ from tally.writers.errors import (
 from tally.writers.fenced import fenced_writes, within_domain
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
-from tally.writers.reserved import refuse_reserved, reserved_attributes
+from tally.writers.reserved import refuse_regional, refuse_reserved, reserved_attributes
 from tally.writers.transactions import (
     new_token,
     read_item,
@@ -197,6 +197,8 @@ class TallyWriter(GuardedWriter):
         field: Field = ("attributes",)
         values = items.attributes(attributes, field)
         refuse_reserved(values, reserved_attributes(self.rules, rule), field)
+        if self.region is not None:
+            refuse_regional(values, field)
         if isinstance(rule, SumRule):
             amount: Field = (*field, rule.summed)
             if rule.summed not in values:

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.core.regions import CHILD_ID, ORIGIN, added, writes
+from tally.core.regions import CHILD_ID, ORIGIN, writes
 from tally.writers.regional import stamped, stamped_update
 
 KEY = {"PK": {"S": "POST#1"}, "SK": {"S": "LIKE#1"}}
@@ -47,14 +47,12 @@ def test_a_put_that_replaces_keeps_no_new_id() -> None:
     assert CHILD_ID not in out["Put"]["Item"]
 
 
-def test_a_parents_counter_update_counts_what_this_region_added() -> None:
+def test_a_parents_counter_update_counts_one_more_write_of_this_region() -> None:
     [out] = stamped([parent_update()], "us-east-1")
     update = out["Update"]
     assert update["UpdateExpression"] == (
-        "ADD #tallyAdded :delta, #tallyWrites :tallyOne, #c :delta, #r :one "
-        "SET #tallyOrigin = :tallyOrigin"
+        "ADD #tallyWrites :tallyOne, #c :delta, #r :one SET #tallyOrigin = :tallyOrigin"
     )
-    assert update["ExpressionAttributeNames"]["#tallyAdded"] == added("us-east-1")
     assert update["ExpressionAttributeNames"]["#tallyWrites"] == writes("us-east-1")
     assert update["ConditionExpression"] == "attribute_exists(#pk)"
 
@@ -63,8 +61,7 @@ def test_an_update_with_its_own_set_clause_gets_the_origin_in_it() -> None:
     request = parent_update("ADD #c :delta SET #r = :one")["Update"]
     out = stamped_update(request, "us-east-1")
     assert out["UpdateExpression"] == (
-        "ADD #tallyAdded :delta, #tallyWrites :tallyOne, #c :delta "
-        "SET #tallyOrigin = :tallyOrigin, #r = :one"
+        "ADD #tallyWrites :tallyOne, #c :delta SET #tallyOrigin = :tallyOrigin, #r = :one"
     )
 
 
@@ -86,3 +83,17 @@ def test_every_action_of_any_transaction_keeps_its_kind_and_key(region: str, n: 
         >= next(iter(a.values())).get("Key", {}).items()
         for o, a in zip(out, actions, strict=True)
     )
+
+
+def test_the_writers_parent_update_is_the_one_recognised_by_its_delta() -> None:
+    """``regional`` knows a parent's counter update by ``parent_update``'s ``:delta``."""
+    from decimal import Decimal
+
+    from tally.rules import DEFAULT_RULES_FILE, load_rules
+    from tally.writers.parents import parent_update as real_update
+
+    rules = load_rules(DEFAULT_RULES_FILE)
+    rule = rules["likes"]
+    update = real_update("t", {"PK": "POST#1", "SK": "META"}, rule, Decimal(1), rules.table)  # type: ignore[arg-type]
+    [out] = stamped([update], "eu-west-1")
+    assert "#tallyWrites :tallyOne" in out["Update"]["UpdateExpression"]

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
 from tally.local.replication.clocks import KeyLocks, RegionClock
 from tally.local.replication.proxy import ConflictWindow, RegionFront, RegionServer
@@ -110,6 +110,7 @@ class Emulator:
                     conflicts,
                     self.control,
                     self.adopt,
+                    regions,
                 ),
                 port=settings.ports.get(r, 0),
             )
@@ -167,25 +168,25 @@ class Emulator:
             try:
                 self.collect()
                 self._trouble.pop("collect", None)
-            except (ClientError, BotoCoreError) as exc:
+            except Exception as exc:  # a thread that dies stops replication for good
                 # A table being made or deleted, a database not answering: read again next
                 # time; the status says why meanwhile.
                 self._trouble["collect"] = f"{type(exc).__name__}: {exc}"
 
     def _delivering(self, source: str, destination: str) -> None:
-        link = self.replicator.links[(source, destination)]
         name = f"{source} -> {destination}"
         while not self._stop.wait(0.005):
             if {source, destination} & self.replicator.offline:
                 continue
-            for key in link.due(time.monotonic()):
+            for key in self.replicator.due(source, destination):
                 try:
                     self.replicator.deliver(source, destination, key)
                     self._trouble.pop(name, None)
-                except ClientError:
-                    continue  # the table is gone in the destination: the change is dropped
-                except BotoCoreError as exc:
-                    # The destination does not answer: the change waits on the link.
+                except Exception as exc:  # a thread that dies stops replication for good
+                    if _table_gone(exc):
+                        continue  # the table is gone in the destination: nothing to apply
+                    # The destination does not answer, or conflicts outlast the retries: the
+                    # change waits on the link, due again now.
                     self.replicator.hold_again(source, destination, key)
                     self._trouble[name] = f"{type(exc).__name__}: {exc}"
                     break
@@ -325,3 +326,10 @@ class Emulator:
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ResourceInUseException":
                 raise
+
+
+def _table_gone(exc: Exception) -> bool:
+    return (
+        isinstance(exc, ClientError)
+        and exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+    )

@@ -29,6 +29,7 @@ from tally.local.replication.wire import (
     WireKey,
     WireStamp,
     hides_tables,
+    key_attributes,
     stamp_request,
     tombstones_of,
     visible_records,
@@ -160,6 +161,7 @@ class RegionFront:
         conflicts: ConflictWindow | None = None,
         control: Callable[[str, str, dict[str, Any]], Any] | None = None,
         created: Callable[[], None] = lambda: None,
+        regions: Iterable[str] = (),
     ):
         self.region = region
         self._url = backend_url.rstrip("/")
@@ -170,6 +172,7 @@ class RegionFront:
         self._conflicts = conflicts
         self._control = control
         self._created = created
+        self.regions = list(regions)
         self._schemas = KeySchemas(backend)
         self._http = urllib3.PoolManager(maxsize=32, retries=False)
 
@@ -241,7 +244,7 @@ class RegionFront:
         for deletion in deletions:
             if (deletion.table, deletion.key) in unprocessed:
                 continue
-            key = {name: {kind: value} for name, kind, value in deletion.key}
+            key = key_attributes(deletion.key)
             self._backend.put_item(
                 TableName=tombstones_of(deletion.table), Item={**key, **stamp.attributes()}
             )
@@ -273,6 +276,18 @@ class RegionFront:
             body["Records"] = visible_records(body["Records"], self.region)
         elif operation == "ListTables" and "TableNames" in body:
             body["TableNames"] = hides_tables(body["TableNames"])
+        elif operation == "DescribeTable" and body.get("Table", {}).get("TableName") in (
+            self.replicated
+        ):
+            # As AWS describes a replica: the other Regions', and the global table's version.
+            body["Table"]["Replicas"] = [
+                {"RegionName": r, "ReplicaStatus": "ACTIVE"}
+                for r in self.regions
+                if r != self.region
+            ]
+            body["Table"]["GlobalTableVersion"] = "2019.11.21"
+            if self._conflicts is not None:
+                body["Table"]["MultiRegionConsistency"] = "STRONG"
         raw = json.dumps(without_hidden(body)).encode()
         headers = {k: v for k, v in answer.headers.items() if k.lower() != "x-amz-crc32"}
         headers["x-amz-crc32"] = str(zlib.crc32(raw) & 0xFFFFFFFF)

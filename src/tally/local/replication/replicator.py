@@ -292,6 +292,11 @@ class Replicator:
         with self._mutex:
             self.offline.discard(region)
 
+    def due(self, source: str, destination: str) -> list[ItemKey]:
+        """The items whose change on the link is due now, oldest due first."""
+        with self._mutex:
+            return self.links[(source, destination)].due(self._now())
+
     def hold_again(self, source: str, destination: str, key: ItemKey) -> None:
         """A delivery that failed to reach its destination: its change waits again, due now
         (a newer change of the item held meanwhile stays the one sent)."""

@@ -12,10 +12,12 @@ same for boto3, the AWS CLI and every other SDK.
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 HIDDEN_STAMP = "__gt_ts"
@@ -32,12 +34,36 @@ def tombstones_of(table: str) -> str:
     return f"{table}{TOMBSTONES_SUFFIX}"
 
 
+def _canonical(kind: str, value: Any) -> Any:
+    """One spelling per key value: a binary as base64 text (a client sends it so, boto3 reads
+    it back as bytes), a number without its trailing zeros (DynamoDB holds 1.0 as 1)."""
+    if kind == "B" and isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    if kind == "N":
+        try:
+            number = Decimal(value)
+        except (InvalidOperation, TypeError, ValueError):
+            return value
+        return str(number.normalize()) if number else "0"
+    return value
+
+
 def wire_key(attributes: Mapping[str, Mapping[str, Any]]) -> WireKey:
-    return tuple(sorted((name, *next(iter(value.items()))) for name, value in attributes.items()))
+    """An item's key, hashable, the same however the key was spelled."""
+    return tuple(
+        sorted(
+            (name, kind, _canonical(kind, value))
+            for name, typed in attributes.items()
+            for kind, value in typed.items()
+        )
+    )
 
 
 def key_attributes(key: WireKey) -> dict[str, dict[str, Any]]:
-    return {name: {kind: value} for name, kind, value in key}
+    """The key as boto3 takes it (a binary as bytes)."""
+    return {
+        name: {kind: base64.b64decode(value) if kind == "B" else value} for name, kind, value in key
+    }
 
 
 @dataclass(frozen=True, order=True)

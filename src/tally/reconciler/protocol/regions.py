@@ -19,14 +19,12 @@ item as the Region holds it once replication has settled.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from tally.core.regions import CHILD_ID, ORIGIN, added, created_in, is_regional, writes
+from tally.core.regions import CHILD_ID, ORIGIN, created_in, is_regional, writes
 from tally.rules import AnyRule, RuleSet, SequenceRule, TallyRule
 
 LossKind = Literal["child_overwritten", "increments_lost"]
@@ -43,7 +41,6 @@ class Loss:
     lost_child: dict[str, Any] | None = None  # the child's payload (child_overwritten)
     child_id: str | None = None
     writes: Decimal = Decimal(0)  # how many of the Region's writes (increments_lost)
-    amount: Decimal = Decimal(0)  # what they had added
 
 
 def _number(image: Mapping[str, Any], name: str) -> Decimal:
@@ -71,8 +68,7 @@ def own_loss(
         return Loss("child_overwritten", region, dict(key), winner, payload, str(mine))
     lost_writes = _number(old, writes(region)) - _number(new, writes(region))
     if lost_writes > 0:
-        amount = _number(old, added(region)) - _number(new, added(region))
-        return Loss("increments_lost", region, dict(key), winner, writes=lost_writes, amount=amount)
+        return Loss("increments_lost", region, dict(key), winner, writes=lost_writes)
     return None
 
 
@@ -85,37 +81,25 @@ def still_lost(loss: Loss, now: Mapping[str, Any] | None) -> bool:
     return True
 
 
-def home_region(parent_key: Mapping[str, Any], regions: Sequence[str], rule: str) -> str:
-    """The one Region that recounts and repairs a parent: ``rule`` names it, or is
-    ``by-key`` (a stable hash of the parent's key over the Regions, in the order given: every
-    Region computes the same)."""
-    if rule in regions:
-        return rule
-    if rule != "by-key" or not regions:
-        raise ValueError(f"home Region rule {rule!r}: one of {list(regions)}, or 'by-key'")
-    text = json.dumps({k: str(v) for k, v in parent_key.items()}, sort_keys=True)
-    digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-    return regions[digest % len(regions)]
-
-
 @dataclass(frozen=True)
 class GlobalMode:
     """The reconciler on one Region of a Global Table: which Region it is, the table's
-    Regions, the rule that names each parent's home Region, and the settle window."""
+    Regions, the home Region (the one that judges every parent: one Region for all, so a
+    child and every parent it counts for are judged in one place), and the settle window."""
 
     region: str
     regions: tuple[str, ...]
-    home_rule: str
+    home: str
     settle_seconds: int
 
-    def home_of(self, parent_key: Mapping[str, Any]) -> str:
-        return home_region(parent_key, self.regions, self.home_rule)
+    def __post_init__(self) -> None:
+        if self.region not in self.regions or self.home not in self.regions:
+            raise ValueError(f"{self.region} and {self.home} must be of {list(self.regions)}")
 
-    def homes_here(self, parent_keys: Sequence[Mapping[str, Any]]) -> bool:
-        """Whether this Region judges a record whose parents are these: only the home Region
-        of one of them does (a record of no parent is judged nowhere but looked at for
-        losses)."""
-        return any(self.home_of(k) == self.region for k in parent_keys)
+    @property
+    def at_home(self) -> bool:
+        """Whether this Region judges the parents (recounts, gaps, the full audit)."""
+        return self.region == self.home
 
 
 def settled_rules(rules: RuleSet, settle_seconds: int) -> RuleSet:
@@ -132,6 +116,9 @@ def settled_rules(rules: RuleSet, settle_seconds: int) -> RuleSet:
         stamped = isinstance(rule, TallyRule) and rule.through and rule.through.stamp
         if isinstance(rule, TallyRule) and rule.lag_seconds is None and not stamped:
             rule = rule.model_copy(update={"lag_seconds": settle_seconds})
+        if isinstance(rule, TallyRule):
+            # A TTL removal is alerted: its decrement is a write like any repair.
+            rule = rule.model_copy(update={"on_ttl_expiry": "alert"})
         elif isinstance(rule, SequenceRule):
             # A gap is judged once members had the settle window to arrive, as a gap's grace.
             grace = max(rule.grace_seconds, settle_seconds)

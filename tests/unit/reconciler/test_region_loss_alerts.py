@@ -1,0 +1,126 @@
+"""What a Region's reconciler does with the losses it reads: a damaged record never fails the
+batch, the alert stays small and the same loss read again is the same finding, and the
+parents are judged in the home Region only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.core.dynamodb import serialize
+from tally.reconciler.checks.regions import MAX_PAYLOAD_CHARACTERS, RegionLosses
+from tally.reconciler.findings import Finding
+from tally.reconciler.protocol.regions import GlobalMode
+from tally.rules import DEFAULT_RULES_FILE, load_rules
+
+US, EU = "us-east-1", "eu-west-1"
+RULES = load_rules(DEFAULT_RULES_FILE)
+LIKE = {"PK": "POST#1", "SK": "LIKE#USER#7"}
+
+
+class Table:
+    def __init__(self, item: dict[str, Any] | None):
+        self.item = item
+        self.reads = 0
+
+    def get_item(self, **_: Any) -> dict[str, Any]:
+        self.reads += 1
+        return {} if self.item is None else {"Item": serialize(self.item)}
+
+
+class Alerts:
+    def __init__(self) -> None:
+        self.findings: list[Finding] = []
+
+    def alert_unrepaired(self, finding: Finding) -> None:
+        self.findings.append(finding)
+
+
+def child(made_in: str, mark: str, **more: Any) -> dict[str, Any]:
+    return {**LIKE, "tallyOrigin": made_in, "tallyChildId": f"{made_in}:{mark}", **more}
+
+
+def record(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "eventName": "MODIFY",
+        "dynamodb": {
+            "Keys": serialize(LIKE),
+            "OldImage": serialize(old),
+            "NewImage": serialize(new),
+        },
+    }
+
+
+def losses(region: str, holder: dict[str, Any] | None) -> tuple[RegionLosses, Alerts, Table]:
+    alerts, table = Alerts(), Table(holder)
+    mode = GlobalMode(region, (US, EU), US, 60)
+    return RegionLosses(mode, RULES, table, "t", alerts), alerts, table  # type: ignore[arg-type]
+
+
+def test_a_lost_child_is_alerted_by_its_region_with_its_attributes_and_the_holders_id() -> None:
+    check, alerts, _ = losses(EU, child(US, "b"))
+    assert check.read_losses([record(child(EU, "a", note="mine"), child(US, "b"))]) == 1
+    [finding] = alerts.findings
+    assert (finding.kind, finding.rule, finding.region) == ("overwritten", "likes", EU)
+    assert finding.stored == {**LIKE, "note": "mine"}
+    assert finding.actual == {"child_id": f"{US}:b", "region": US}
+
+
+def test_the_same_loss_read_again_after_the_holder_changed_is_the_same_finding() -> None:
+    first, a, _ = losses(EU, child(US, "b"))
+    again, b, _ = losses(EU, {**child(US, "b"), "note": "changed since"})
+    lost = record(child(EU, "a"), child(US, "b"))
+    first.read_losses([lost])
+    again.read_losses([lost])
+    assert a.findings[0].finding_id == b.findings[0].finding_id
+
+
+def test_a_child_too_large_for_an_alert_is_named_by_its_attributes() -> None:
+    check, alerts, _ = losses(EU, child(US, "b"))
+    check.read_losses(
+        [record(child(EU, "a", body="x" * (MAX_PAYLOAD_CHARACTERS + 1)), child(US, "b"))]
+    )
+    assert alerts.findings[0].stored == {
+        "attributes": ["PK", "SK", "body"],
+        "note": "too large for an alert: its names only",
+    }
+
+
+def test_another_regions_loss_costs_no_read() -> None:
+    check, alerts, table = losses(US, child(US, "b"))
+    assert check.read_losses([record(child(EU, "a"), child(US, "b"))]) == 0
+    assert table.reads == 0 and alerts.findings == []
+
+
+damaged = st.one_of(
+    st.none(),
+    st.just({"eventName": "MODIFY", "dynamodb": None}),
+    st.just({"eventName": "MODIFY", "dynamodb": {"OldImage": {"tallyChildId": {"S": f"{EU}:a"}}}}),
+    st.builds(
+        lambda n: {
+            "eventName": "MODIFY",
+            "dynamodb": {
+                "Keys": {"PK": {"N": n}},
+                "OldImage": {"tallyChildId": {"S": f"{EU}:a"}, "x": {"N": n}},
+                "NewImage": {"x": {"N": n}},
+            },
+        },
+        st.sampled_from(["1e400", "abc", "", "NaN"]),
+    ),
+    st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3),
+)
+
+
+@given(st.lists(damaged, max_size=5))
+def test_a_damaged_record_never_fails_the_batch(records: list[Any]) -> None:
+    check, alerts, _ = losses(EU, None)
+    assert check.read_losses(records) == 0 and alerts.findings == []
+
+
+def test_the_parents_are_judged_in_the_home_region_only() -> None:
+    home, _, _ = losses(US, None)
+    away, _, _ = losses(EU, None)
+    batch = [record(child(EU, "a"), child(US, "b"))]
+    assert home.homed_here(batch) == batch and away.homed_here(batch) == []
