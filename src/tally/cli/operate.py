@@ -33,7 +33,7 @@ def audit(options: argparse.Namespace) -> int:
         rule = _rule(rules, options.rule, options.parent)
         total = targets.item_count()
         if options.repair:
-            targets.refuse_repairs_on_a_global_table("tally audit --repair")
+            _refuse_repairs_on_a_global_table("tally audit --repair")
         export = None
         if options.export is not None:
             export = _read_export(options.export, options.export_of_another_table)
@@ -135,6 +135,19 @@ def _read_export(path: Path, any_table: bool) -> Any:
     return export
 
 
+def _refuse_repairs_on_a_global_table(what: str) -> None:
+    """On a Global Table a repair is a write in one Region that a write still on its way from
+    another would race (docs/global-tables.md): the product alerts there, never repairs."""
+    table = _target_table()
+    replicas = [str(r.get("RegionName")) for r in table.get("Replicas", [])]
+    if replicas:
+        raise UsageError(
+            f"{what}: table {table.get('TableName')!r} is a Global Table (replicas in "
+            f"{', '.join(replicas)}); on a Global Table the reconciler alerts and never "
+            "repairs (docs/global-tables.md)"
+        )
+
+
 def _target_table() -> dict[str, Any]:
     """The target table's description (DescribeTable's ``Table``)."""
     from tally.core.aws import client
@@ -210,7 +223,7 @@ def replay(options: argparse.Namespace) -> int:
 
     with targets.environment(options.stack, rules_file(options)):
         targets.item_count()
-        targets.refuse_repairs_on_a_global_table("tally replay")
+        _refuse_repairs_on_a_global_table("tally replay")
         outcome = replay(say=console.note)
     print(json.dumps(outcome))
     return 0 if not outcome["failed"] else 1

@@ -105,18 +105,3 @@ def item_count() -> int:
     except dynamodb.exceptions.ResourceNotFoundException:
         raise Failure(f"table {name!r} does not exist at {dynamodb.meta.endpoint_url}") from None
     return int(table.get("ItemCount", 0))
-
-
-def refuse_repairs_on_a_global_table(what: str) -> None:
-    """On a Global Table a repair is a write in one Region that a write still on its way from
-    another would race (docs/global-tables.md): the product alerts there, never repairs."""
-    from tally.core.aws import client
-
-    name = table_name()
-    table = client("dynamodb", config=PREFLIGHT).describe_table(TableName=name)["Table"]
-    replicas = [str(r.get("RegionName")) for r in table.get("Replicas", [])]
-    if replicas:
-        raise UsageError(
-            f"{what}: table {name!r} is a Global Table (replicas in {', '.join(replicas)}); "
-            "on a Global Table the reconciler alerts and never repairs (docs/global-tables.md)"
-        )
