@@ -4,8 +4,10 @@ shows, and the hidden stamps read behind the fronts (which no program can see)."
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +15,7 @@ import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from tally.core.streams import StreamReader
+from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.replication.emulator import Emulator, Settings
 from tally.local.replication.replicator import Lag
 from tally.local.replication.wire import WireStamp, stamp_of, tombstones_of
@@ -21,6 +24,19 @@ US, EU, AP = "us-east-1", "eu-west-1", "ap-southeast-2"
 _names = itertools.count()
 _serialize = TypeSerializer().serialize
 _deserialize = TypeDeserializer().deserialize
+
+
+@contextlib.contextmanager
+def regional_databases() -> Iterator[dict[str, str]]:
+    """A DynamoDB Local per Region (us-east-1, eu-west-1, ap-southeast-2), started at once."""
+    locals_ = [DynamoDBLocal() for _ in (US, EU, AP)]
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda d: d.start(), locals_))
+    try:
+        yield {r: d.endpoint for r, d in zip((US, EU, AP), locals_, strict=True)}
+    finally:
+        for d in locals_:
+            d.stop()
 
 
 def wire(item: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
@@ -18,11 +17,10 @@ from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.replication.emulator import EmulatorError
 from tally.local.replication.replicator import Lag
 from tally.local.replication.wire import HIDDEN, wire_key
-from tests.harness.regions import AP, EU, US, GlobalTable, wire
+from tests.harness.regions import AP, EU, US, GlobalTable, regional_databases, wire
 
 POST = {"PK": "POST#1", "SK": "META"}
 LIKE = {"PK": "POST#1", "SK": "LIKE#7"}
@@ -30,15 +28,8 @@ LIKE = {"PK": "POST#1", "SK": "LIKE#7"}
 
 @pytest.fixture(scope="module")
 def databases() -> Iterator[dict[str, str]]:
-    """A DynamoDB Local per Region, started at once."""
-    locals_ = [DynamoDBLocal() for _ in (US, EU, AP)]
-    with ThreadPoolExecutor(3) as pool:
-        list(pool.map(lambda d: d.start(), locals_))
-    try:
-        yield {r: d.endpoint for r, d in zip((US, EU, AP), locals_, strict=True)}
-    finally:
-        for d in locals_:
-            d.stop()
+    with regional_databases() as endpoints:
+        yield endpoints
 
 
 @pytest.fixture

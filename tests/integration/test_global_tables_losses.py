@@ -4,16 +4,14 @@ the loss of its own writes from its own stream, and each loss is read by one Reg
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tally.core.regions import CHILD_ID, is_regional
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.reconciler.protocol.regions import Loss, own_loss, still_lost
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.writers import InvalidRequestError, SequenceAllocator, TallyWriter
-from tests.harness.regions import AP, EU, US, GlobalTable, plain, wire
+from tests.harness.regions import AP, EU, US, GlobalTable, plain, regional_databases, wire
 
 RULES = load_rules(DEFAULT_RULES_FILE)
 PROJECT = {"PK": "PROJECT#1", "SK": "COUNTER#ISSUE"}
@@ -23,14 +21,8 @@ LIKE = {"PK": "POST#1", "SK": "LIKE#USER#7"}
 
 @pytest.fixture(scope="module")
 def databases() -> Iterator[dict[str, str]]:
-    locals_ = [DynamoDBLocal() for _ in (US, EU, AP)]
-    with ThreadPoolExecutor(3) as pool:
-        list(pool.map(lambda d: d.start(), locals_))
-    try:
-        yield {r: d.endpoint for r, d in zip((US, EU, AP), locals_, strict=True)}
-    finally:
-        for d in locals_:
-            d.stop()
+    with regional_databases() as endpoints:
+        yield endpoints
 
 
 def losses(table: GlobalTable) -> list[tuple[Loss, bool]]:
