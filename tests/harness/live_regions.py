@@ -6,7 +6,8 @@ Ground truth, read once writers stopped and replication settled:
 - a child lost: a child or member a Region's writer created (acknowledged) whose key now holds
   a child made in another Region: one ``overwritten`` alert expected, from that Region;
 - a lost increment: a post whose counter, in its home Region, is off its children: one
-  ``drift`` alert expected, from the home Region only.
+  ``drift`` alert expected, from the home Region only, which repairs it (fenced): once the
+  repairs replicated, every post equals its children in every Region.
 """
 
 from __future__ import annotations
@@ -126,7 +127,9 @@ class Judged:
     alerted_overwritten: Counter[tuple[str, str, str]]
     posts_off: set[str]
     alerted_drift: Counter[tuple[str, str]]  # (Region, post PK)
-    repaired_items: int
+    repaired_items: int  # items carrying the reconciler's repair marker, in the home Region
+    repairs_away: int  # repairs an alert from a Region other than the home one says it applied
+    posts_off_after: dict[str, set[str]]  # by Region: posts still off once repairs replicated
     other_alerts: Counter[str]
     counters_behind: set[str]  # sequences whose counter is below their highest member
     alerted_behind: Counter[tuple[str, str]]  # (Region, counter PK)
@@ -146,7 +149,11 @@ class Judged:
             "alerted twice or not from home (drift)": sum(
                 c for (r, _), c in self.alerted_drift.items() if r != "us-east-1" or c > 1
             ),
-            "items carrying a repair": self.repaired_items,
+            "posts repaired (items carrying the repair marker)": self.repaired_items,
+            "repairs applied outside the home Region": self.repairs_away,
+            "posts still off after settle, any Region": sum(
+                len(p) for p in self.posts_off_after.values()
+            ),
             "counters behind": len(self.counters_behind),
             "false negatives (counter behind)": len(
                 self.counters_behind - {pk for _, pk in self.alerted_behind}
@@ -157,19 +164,22 @@ class Judged:
         }
 
 
-def judge(stacks: list[LocalStack], written: Written, alerts: list[dict[str, Any]]) -> Judged:
-    held = items(stacks[0])
+def judge(
+    stacks: list[LocalStack],
+    written: Written,
+    held: dict[tuple[str, str], dict[str, Any]],
+    alerts: list[dict[str, Any]],
+    settled: Any,
+) -> Judged:
+    """``held``: the home Region's items once the writers stopped and replication settled,
+    before any reconciler ran; ``settled()`` lets the repairs replicate before the counters
+    are read again."""
     expected = set()
     for region, pk, sk in written.likes | written.members:
         now = held.get((pk, sk))
         if now is not None and created_in(now.get(CHILD_ID)) != region:
             expected.add((region, pk, sk))
-    posts_off = set()
-    for post in range(POSTS):
-        pk = f"POST#{post}"
-        children = sum(1 for k in held if k[0] == pk and k[1].startswith("LIKE#"))
-        if held[(pk, "META")]["likeTally"] != children:
-            posts_off.add(pk)
+    posts_off = {pk for pk in _posts() if _off(held, pk)}
     behind = set()
     for (pk, sk), counter in held.items():
         if sk == "COUNTER#ISSUE":
@@ -180,7 +190,12 @@ def judge(stacks: list[LocalStack], written: Written, alerts: list[dict[str, Any
     drift: Counter[tuple[str, str]] = Counter()
     alerted_behind: Counter[tuple[str, str]] = Counter()
     other: Counter[str] = Counter()
+    home = stacks[0].region
+    away = 0
     for alert in alerts:
+        repair = alert.get("repair")
+        status = repair.get("status") if isinstance(repair, dict) else repair
+        away += int(status == "applied" and alert["region"] != home)
         if alert["kind"] == "counter_behind":
             alerted_behind[(alert["region"], alert["key"]["PK"])] += 1
         elif alert["kind"] == "overwritten":
@@ -189,5 +204,27 @@ def judge(stacks: list[LocalStack], written: Written, alerts: list[dict[str, Any
             drift[(alert["region"], alert["key"]["PK"])] += 1
         else:
             other[f"{alert['kind']} in {alert['region']}"] += 1
-    repaired = sum(1 for s in stacks for i in items(s).values() if REPAIR_MARKER in i)
-    return Judged(expected, overwritten, posts_off, drift, repaired, other, behind, alerted_behind)
+    settled()
+    after = {s.region: {pk for pk in _posts() if _off(items(s), pk)} for s in stacks}
+    repaired = sum(1 for i in items(stacks[0]).values() if REPAIR_MARKER in i)
+    return Judged(
+        expected,
+        overwritten,
+        posts_off,
+        drift,
+        repaired,
+        away,
+        after,
+        other,
+        behind,
+        alerted_behind,
+    )
+
+
+def _posts() -> list[str]:
+    return [f"POST#{post}" for post in range(POSTS)]
+
+
+def _off(held: dict[tuple[str, str], dict[str, Any]], pk: str) -> bool:
+    children = sum(1 for k in held if k[0] == pk and k[1].startswith("LIKE#"))
+    return bool(held[(pk, "META")]["likeTally"] != children)

@@ -2,8 +2,8 @@
 Regions, replication lagging, one Region offline for a while), every Region's reconciler on
 its own stream, and what they alert against what happened (tests/harness/live_regions.py):
 every child lost to last-writer-wins alerted once, by the Region that lost it; every post
-left off its children alerted once, by its home Region; nothing written by the reconciler
-(on a Global Table it alerts; docs/global-tables.md)."""
+left off its children alerted once and repaired by the home Region, so that once settled
+every post equals its children in every Region; no other Region repairs anything."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tally.local.stack_record import load
-from tests.harness.live_regions import judge, write
+from tests.harness.live_regions import items, judge, write
 from tests.integration.test_cli import clean_env, tally
 from tests.integration.test_local_regions import emulator
 
@@ -37,10 +37,12 @@ def test_every_loss_is_alerted_once_by_the_region_that_can_prove_it(
 
         written = write(stacks, seconds=9, threads=2, seed=len(stacks), offline=offline)
         emulator(stack, "settle", {"timeout": 120})
+        before = items(stacks[0])  # what happened, before any reconciler ran
         pumped = tally("pump", "--until-settled", "--json", env=env)
         assert all(json.loads(line)["idle"] for line in pumped.stdout.splitlines())
         alerts = [json.loads(a) for a in tally("alerts", "--json", env=env).stdout.splitlines()]
-        judged = judge(stacks, written, alerts)
+        settle = lambda: emulator(stack, "settle", {"timeout": 120})  # noqa: E731
+        judged = judge(stacks, written, before, alerts, settle)
         counts = judged.counts()
         print(f"\n{len(stacks)} Regions: {counts}; other alerts {dict(judged.other_alerts)}")
         assert counts["children lost"] > 0
@@ -52,6 +54,8 @@ def test_every_loss_is_alerted_once_by_the_region_that_can_prove_it(
         assert counts["alerted twice or not from home (drift)"] == 0
         assert counts["false negatives (counter behind)"] == 0
         assert counts["counter behind alerted outside home"] == 0
-        assert counts["items carrying a repair"] == 0
+        assert counts["repairs applied outside the home Region"] == 0
+        assert counts["posts still off after settle, any Region"] == 0
+        assert counts["posts repaired (items carrying the repair marker)"] == counts["posts off"]
     finally:
         tally("local", "down", env=env)

@@ -187,7 +187,7 @@ def test_an_operator_cannot_repair_a_global_table_by_hand(
     _, env = two
     refused = tally("audit", "--repair", env=env, expect=2)
     assert "is a Global Table (replicas in eu-west-1)" in refused.stderr
-    assert "never repairs" in refused.stderr
+    assert "its repairs are the home Region's reconciler's" in refused.stderr
     assert "tally replay: table" in tally("replay", env=env, expect=2).stderr
 
 

@@ -137,14 +137,15 @@ def _read_export(path: Path, any_table: bool) -> Any:
 
 def _refuse_repairs_on_a_global_table(what: str) -> None:
     """On a Global Table a repair is a write in one Region that a write still on its way from
-    another would race (docs/global-tables.md): the product alerts there, never repairs."""
+    another would race (docs/global-tables.md): only the home Region's reconciler repairs,
+    and only once replication settled, never an operator's command."""
     table = _target_table()
     replicas = [str(r.get("RegionName")) for r in table.get("Replicas", [])]
     if replicas:
         raise UsageError(
             f"{what}: table {table.get('TableName')!r} is a Global Table (replicas in "
-            f"{', '.join(replicas)}); on a Global Table the reconciler alerts and never "
-            "repairs (docs/global-tables.md)"
+            f"{', '.join(replicas)}); its repairs are the home Region's reconciler's, once "
+            "replication settled (docs/global-tables.md)"
         )
 
 

@@ -83,6 +83,16 @@ class Looks:
                 self._followups.schedule(rule, key, 0, reason, seen)
             # Otherwise the offset moved, and the records that moved it bring their rechecks.
             return
+        if rule.repair == "auto":
+            # Only a Global Table's settled rule (protocol.regions.settled_rules; an
+            # aggregator's rule is never "auto"): the same counter and truth a settle window
+            # apart in the home Region, repaired fenced on what this recount read.
+            held = f"the same counter and truth {rule.lag_seconds} s apart: replication settled"
+            settled = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
+            if not self._counts.repair(rule, key, snapshot, settled):
+                # The parent moved after this recount: judged from there, a window later.
+                self._followups.schedule(rule, key, 0, "moved under a settled repair", seen)
+            return
         held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
         detail = "; ".join(part for part in (finding.detail, held) if part)
         why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"

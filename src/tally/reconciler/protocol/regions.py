@@ -25,7 +25,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from tally.core.regions import CHILD_ID, ORIGIN, created_in, is_regional, writes
-from tally.rules import AnyRule, RuleSet, SequenceRule, TallyRule
+from tally.rules import AnyRule, RuleSet, TallyRule
 
 LossKind = Literal["child_overwritten", "increments_lost"]
 
@@ -103,27 +103,29 @@ class GlobalMode:
 
 
 def settled_rules(rules: RuleSet, settle_seconds: int) -> RuleSet:
-    """The rules as a Global Table's home Region judges them: every count and sum whose
-    children may arrive from another Region before or after its counter is judged only once
-    replication had ``settle_seconds`` (as a counter a stream aggregator keeps: two recounts
-    that long apart must agree), a sequence's gaps after at least that grace, and every rule
-    alerted, not repaired: a repair in one Region would race a write still on its way from
-    another, and last writer wins would drop that write. A rule already judged after a lag
-    keeps its own; one whose writers stamp its parents (``through.stamp``) is judged by its
-    stamps, as ever."""
+    """The rules as a Global Table's home Region judges them.
+
+    Every count and sum whose children may arrive from another Region before or after its
+    counter is judged only once replication had ``settle_seconds``, as a counter a stream
+    aggregator keeps: two recounts that far apart must see the same counter and truth. Its
+    repair mode stays the rule's: an ``auto`` rule is then repaired, fenced on what the second
+    recount read (``checks.looks.verify_aggregated``). A sequence's gaps are judged after at
+    least that grace and alerted, never repaired: a void marker or a raised counter written in
+    one Region would race a member still on its way from another, and last writer wins would
+    drop one of them. A TTL removal is alerted, not decremented. A rule already judged after a
+    lag keeps its own (alert-only, as ever); one whose writers stamp its parents
+    (``through.stamp``) is judged by its stamps, and alerted.
+    """
     settled: list[AnyRule] = []
     for rule in rules:
-        stamped = isinstance(rule, TallyRule) and rule.through and rule.through.stamp
-        if isinstance(rule, TallyRule) and rule.lag_seconds is None and not stamped:
-            rule = rule.model_copy(update={"lag_seconds": settle_seconds})
         if isinstance(rule, TallyRule):
-            # A TTL removal is alerted: its decrement is a write like any repair.
-            rule = rule.model_copy(update={"on_ttl_expiry": "alert"})
-        elif isinstance(rule, SequenceRule):
-            # A gap is judged once members had the settle window to arrive, as a gap's grace.
+            changes: dict[str, Any] = {"on_ttl_expiry": "alert"}
+            if rule.through is not None and rule.through.stamp is not None:
+                changes["repair"] = "alert"
+            elif rule.lag_seconds is None:
+                changes["lag_seconds"] = settle_seconds
+            settled.append(rule.model_copy(update=changes))
+        else:
             grace = max(rule.grace_seconds, settle_seconds)
-            rule = rule.model_copy(update={"grace_seconds": grace})
-        # Alerted, never repaired: a void marker or a counter set in one Region would race a
-        # member or an allocation still on its way from another.
-        settled.append(rule.model_copy(update={"repair": "alert"}))
+            settled.append(rule.model_copy(update={"grace_seconds": grace, "repair": "alert"}))
     return RuleSet(rules.table, settled)
