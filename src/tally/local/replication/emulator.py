@@ -200,8 +200,8 @@ class Emulator:
             return
         for region in self.regions:
             for table in self.settings.tables:
-                if not self._exists(region, table):
-                    continue
+                if self.replicator.reads(region, table) or not self._exists(region, table):
+                    continue  # read already (collect runs every 20 ms: no DescribeTable then)
                 self._ensure_tombstones(region, table)
                 self.replicator.adopt(region, table)
 

@@ -137,10 +137,14 @@ class Replicator:
 
     # --- collecting what each Region wrote ----------------------------------------------------
 
+    def reads(self, region: str, table: str) -> bool:
+        """Whether ``table``'s streams in ``region`` are read already."""
+        return (region, table) in self._tails
+
     def adopt(self, region: str, table: str) -> bool:
         """Start reading ``table`` (and its tombstones) in ``region`` once both exist with a
         stream; True once it is read."""
-        if (region, table) in self._tails:
+        if self.reads(region, table):
             return True
         arns = []
         for name in (table, tombstones_of(table)):
