@@ -13,6 +13,10 @@ A single-Region table never carries them: the writers stamp only when given a Re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
 ORIGIN = "tallyOrigin"
 CHILD_ID = "tallyChildId"
 _WRITES = "tallyWrites@"
@@ -20,6 +24,23 @@ _WRITES = "tallyWrites@"
 
 def writes(region: str) -> str:
     return f"{_WRITES}{region}"
+
+
+def writing_regions(item: Mapping[str, Any]) -> tuple[str, ...]:
+    """The Regions whose writers wrote a parent's counters, by its ``tallyWrites@`` stamps."""
+    return tuple(
+        sorted(
+            name[len(_WRITES) :]
+            for name, count in item.items()
+            if name.startswith(_WRITES) and len(name) > len(_WRITES) and _positive(count)
+        )
+    )
+
+
+def _positive(count: object) -> bool:
+    if isinstance(count, Decimal):
+        return count.is_finite() and count > 0
+    return isinstance(count, int) and not isinstance(count, bool) and count > 0
 
 
 def created_in(child_id: object) -> str | None:

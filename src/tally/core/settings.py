@@ -47,12 +47,14 @@ class Settings(BaseModel):
     verify_concurrency: int = Field(default=16, ge=1, le=32, alias="VERIFY_CONCURRENCY")
     # A Global Table (docs/global-tables.md): its Regions, comma-separated (unset: a
     # single-Region table, as ever); this function's Region (Lambda sets AWS_REGION); the
-    # Region that judges every parent (default the first listed); and
-    # how long replication is given to settle before an imbalance is evidence.
+    # Region that judges every parent (default the first listed); how long replication is
+    # given to settle before an imbalance is evidence; and after how many repairs in 24 h a
+    # parent written from several Regions is escalated as contended instead of repaired.
     global_regions: str | None = Field(default=None, alias="GLOBAL_REGIONS")
     aws_region: str | None = Field(default=None, alias="AWS_REGION")
     home_region: str | None = Field(default=None, alias="HOME_REGION")
     settle_seconds: int = Field(default=60, ge=1, le=900, alias="SETTLE_SECONDS")
+    contended_after_repairs: int = Field(default=3, ge=1, le=1000, alias="CONTENDED_AFTER_REPAIRS")
 
     @model_validator(mode="after")
     def _one_of_the_regions(self) -> Settings:

@@ -41,6 +41,9 @@ SEVERITY: dict[Kind, Severity] = {
     # Global Tables: a child of this Region's replaced by another Region's under its key (a
     # number handed out twice, or a like made in two Regions): its payload is gone.
     "overwritten": "critical",
+    # Global Tables: a parent written from several Regions whose increments keep losing to
+    # last writer wins: escalated instead of repaired again and again.
+    "contended": "critical",
 }
 
 

@@ -19,7 +19,7 @@ from tally.reconciler.checks.counts import Counts
 from tally.reconciler.checks.followups import Followups
 from tally.reconciler.checks.groups import GroupVerifier
 from tally.reconciler.checks.looks import Looks
-from tally.reconciler.checks.regions import RegionLosses
+from tally.reconciler.checks.regions import Contention, RegionLosses
 from tally.reconciler.checks.sequences import Sequences
 from tally.reconciler.findings import Finding, Off
 from tally.reconciler.protocol.batching import item_collections
@@ -87,7 +87,9 @@ class Reconciler:
         followups = Followups(reporter, scheduler)
         repairer = Repairer(table.writes, log, standing, outbox, policy, reporter)
         counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
-        self._looks = Looks(counts, table.parents, followups, store.recent)
+        home = regions is not None and regions.at_home
+        contention = Contention(regions, log, table.parents) if regions and home else None
+        self._looks = Looks(counts, table.parents, followups, store.recent, contention)
         sequences = self._sequences = Sequences(
             table.parents, table.members, store.watermarks, repairer, followups
         )

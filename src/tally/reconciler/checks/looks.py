@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from tally.reconciler.checks.counts import Counts, Snapshot, reference_state
 from tally.reconciler.checks.followups import Followups, observation
+from tally.reconciler.checks.regions import ESCALATED, Contention
 from tally.reconciler.protocol import lifecycle, stamps
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.protocol.lifecycle import Observed
@@ -35,11 +36,13 @@ class Looks:
         table: ParentReads,
         followups: Followups,
         recent: RecentChildren,
+        contention: Contention | None = None,
     ):
         self._counts = counts
         self._table = table
         self._followups = followups
         self._recent = recent
+        self._contention = contention  # a Global Table's home Region only
 
     def verify(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
         """Recount one parent outside a batch (a recheck ``sent`` to it, or the full audit): a
@@ -86,9 +89,14 @@ class Looks:
         if rule.repair == "auto":
             # Only a Global Table's settled rule (protocol.regions.settled_rules; an
             # aggregator's rule is never "auto"): the same counter and truth a settle window
-            # apart in the home Region, repaired fenced on what this recount read.
+            # apart in the home Region, repaired fenced on what this recount read, unless the
+            # parent keeps losing its increments (checks.regions.Contention).
             held = f"the same counter and truth {rule.lag_seconds} s apart: replication settled"
             settled = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
+            escalated = self._contention and self._contention.escalated(rule, key, settled)
+            if escalated:
+                self._followups.skip(escalated, ESCALATED)
+                return
             if not self._counts.repair(rule, key, snapshot, settled):
                 # The parent moved after this recount: judged from there, a window later.
                 self._followups.schedule(rule, key, 0, "moved under a settled repair", seen)

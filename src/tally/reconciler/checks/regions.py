@@ -7,6 +7,10 @@ what it reads of its own stream before the protocol's steps.
   consistent read here shows it is still gone. Only the Region that lost it reads it so:
   one alert across the Regions. Never repaired: which child should hold the key is a human
   decision.
+- **A contended parent** (``protocol.regions.contended``): before the home Region repairs a
+  parent again, it counts the parent's repairs in its log; one repaired that often whose
+  counters the Global Table's writers stamp is escalated (``contended``, critical, not repaired):
+  route its writes to one Region or split its counter per Region.
 - **The parents are the home Region's**: in any other Region the batch goes no further, so
   that Region never recounts, alerts or repairs a parent. The home Region judges them only
   after replication had time to settle (``protocol.regions.settled_rules``).
@@ -16,14 +20,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from tally.core.dynamodb import deserialize, serialize
 from tally.core.regions import CHILD_ID, ORIGIN, is_regional
 from tally.reconciler.findings import Finding, Repair
-from tally.reconciler.protocol.regions import GlobalMode, Loss, own_loss, still_lost
+from tally.reconciler.protocol.regions import (
+    CONTENDED_WINDOW_SECONDS,
+    GlobalMode,
+    Loss,
+    contended,
+    own_loss,
+    still_lost,
+)
 from tally.reconciler.report.reporter import Reporter
-from tally.rules import RuleSet, SequenceRule
+from tally.reconciler.store.log import FindingLog
+from tally.reconciler.table.parent_reads import ParentReads
+from tally.rules import Key, RuleSet, SequenceRule, TallyRule
 
 NEVER = "which of two children under one key should stay is a human decision"
 # The lost child's attributes ride in the alert (SNS takes 256 KB, an audit item 400 KB):
@@ -115,6 +129,44 @@ class RegionLosses:
             repair=Repair("skipped", NEVER),
             region=self.mode.region,
         )
+
+
+class Contention:
+    """The home Region's look, before a repair, at how often the parent was repaired."""
+
+    def __init__(self, mode: GlobalMode, log: FindingLog, parents: ParentReads):
+        self.mode = mode
+        self._log = log
+        self._parents = parents
+
+    def escalated(self, rule: TallyRule, key: Key, finding: Finding) -> Finding | None:
+        """The finding as ``contended`` when its parent is (then it is not repaired), else None.
+        The parent is read only once the log shows enough repairs: a rare read."""
+        since = self._log.clock() - CONTENDED_WINDOW_SECONDS
+        repairs = self._log.repairs_since(rule.name, finding.key, since)
+        if repairs < self.mode.contended_after:
+            return None
+        parent = self._parents.parent_item(key)
+        regions = contended(parent, repairs, self.mode.contended_after)
+        if not regions:
+            return None
+        detail = (
+            f"repaired {repairs} times in {CONTENDED_WINDOW_SECONDS // 3600} h; its surviving "
+            f"version holds writes from {', '.join(regions)}: its increments keep losing to "
+            "last writer wins"
+        )
+        return replace(
+            finding,
+            kind="contended",
+            detail="; ".join(p for p in (finding.detail, detail) if p),
+            region=self.mode.region,
+        )
+
+
+ESCALATED = (
+    "not repaired again: route this parent's writes to one Region (its home) or split its "
+    "counter per Region (docs/global-tables.md)"
+)
 
 
 def _bounded(payload: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ Kind = Literal[
     "unrepresentable",
     "unindexed",
     "overwritten",
+    "contended",
 ]
 _ABSENT = None
 

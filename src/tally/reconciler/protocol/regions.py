@@ -12,7 +12,10 @@ are):
 - **increments lost**: the OldImage of a parent holds more of this Region's writes than the
   NewImage that replaced it.
 
-Either is provisional while replication runs: with three or more Regions a newer version
+A parent that keeps losing increments, written from several Regions, is **contended**
+(``contended``): escalated instead of repaired again and again.
+
+Either loss is provisional while replication runs: with three or more Regions a newer version
 that still holds the write can arrive later. ``still_lost`` judges a loss again against the
 item as the Region holds it once replication has settled.
 """
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
-from tally.core.regions import CHILD_ID, ORIGIN, created_in, is_regional, writes
+from tally.core.regions import CHILD_ID, ORIGIN, created_in, is_regional, writes, writing_regions
 from tally.rules import AnyRule, RuleSet, TallyRule
 
 LossKind = Literal["child_overwritten", "increments_lost"]
@@ -81,6 +84,28 @@ def still_lost(loss: Loss, now: Mapping[str, Any] | None) -> bool:
     return True
 
 
+# A parent repaired this many times in the window, its counters written by the writers of a
+# Global Table, is contended: its increments keep losing to last writer wins.
+CONTENDED_AFTER = 3
+CONTENDED_WINDOW_SECONDS = 24 * 3600
+
+
+def contended(parent: Mapping[str, Any] | None, repairs: int, after: int) -> tuple[str, ...]:
+    """The Regions stamped on a parent repaired ``repairs`` times in the window, when that
+    makes it contended (``after`` repairs or more, and its counters written by the stamping
+    writers); else ``()``.
+
+    On a Global Table a counter bumped in the child's own transaction drifts, once
+    replication settled, only when last writer wins drops an increment (or a writer outside
+    ours changes it). Repaired, it is right until the next race: the finding asks a person
+    to route its writes to one Region or split its counter per Region. The stamps name only
+    the Regions whose writes the surviving version holds: a Region that always loses is
+    missing from them, so one stamped Region is enough. A parent no stamping writer wrote
+    is repaired, as on any table."""
+    regions = writing_regions(parent or {})
+    return regions if regions and repairs >= after else ()
+
+
 @dataclass(frozen=True)
 class GlobalMode:
     """The reconciler on one Region of a Global Table: which Region it is, the table's
@@ -91,6 +116,7 @@ class GlobalMode:
     regions: tuple[str, ...]
     home: str
     settle_seconds: int
+    contended_after: int = CONTENDED_AFTER
 
     def __post_init__(self) -> None:
         if self.region not in self.regions or self.home not in self.regions:

@@ -16,6 +16,7 @@ from tally.reconciler.store.items import (
     canonical,
     finding_pk,
     key_json,
+    parent_pk,
 )
 
 REPAIR_TTL = 365 * DAY
@@ -71,6 +72,27 @@ class FindingLog(StorePart):
     def repairs(self) -> list[dict[str, Any]]:
         """Every repair log entry, newest first."""
         return sorted(self._scan("REPAIR#"), key=lambda item: str(item["at"]), reverse=True)
+
+    def repairs_since(self, rule: str, key: Mapping[str, str], since: float) -> int:
+        """How many repairs of one parent were applied since ``since`` (epoch seconds)."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "KeyConditionExpression": "PK = :pk AND SK BETWEEN :from AND :to",
+            "FilterExpression": "#status = :applied",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": serialize(
+                {
+                    ":pk": parent_pk(rule, key),
+                    ":from": f"REPAIR#{epoch_iso(since, 'milliseconds')}",
+                    ":to": "REPAIR#~",
+                    ":applied": "applied",
+                }
+            ),
+            "Select": "COUNT",
+            "ConsistentRead": True,
+        }
+        pages = self.client.get_paginator("query").paginate(**request)
+        return sum(int(page["Count"]) for page in pages)
 
     # --- repair markers ------------------------------------------------------------------
 

@@ -56,6 +56,19 @@ class ParentReads(TableAccess):
         stamped = item.get(total) if total else None
         return ParentState(True, counter, revision, held[:-1], held[-1] or None, stamped)
 
+    def parent_item(self, key: Key) -> dict[str, Any]:
+        """The whole parent, consistently read ({} when it is gone): for the rare look at
+        attributes no rule names (a Global Table's ``tallyWrites@`` stamps)."""
+        response = self.client.get_item(
+            TableName=self.name,
+            Key=self._key(key),
+            ConsistentRead=True,
+            ReturnConsumedCapacity="TOTAL",
+        )
+        item = deserialize(response["Item"]) if "Item" in response else {}
+        self.reads.add(response, 1 if item else 0)
+        return item
+
     def tally_children(self, rule: TallyRule, parent_key: Key) -> ChildTotal:
         """Count or sum the children with paginated consistent queries (children found
         through an index: ``tally_indexed``)."""
