@@ -33,7 +33,7 @@ from tally.cli.options import (
     segment_count,
     target_options,
 )
-from tally.cli.regions import lag_argument, regions_argument
+from tally.cli.regions import lag_argument, regions_argument, skew_argument
 from tally.cli.repairs import register as register_repairs
 from tally.cli.rules import register as register_rules
 from tally.local import dynamodb_local
@@ -135,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
         f"{DEFAULT_LAG_MEDIAN_MS} ms, p99 {DEFAULT_LAG_P99_MS} ms)",
     )
     up.add_argument(
+        "--skew-ms",
+        type=skew_argument,
+        metavar="R=MS[,R=MS]",
+        help="with --regions: a Region's clock runs MS ms ahead (negative: behind), so its "
+        "writes win (or lose) last-writer-wins races they would not",
+    )
+    up.add_argument(
         "--consistency",
         choices=["eventual", "strong"],
         help="with --regions: eventual (MREC, the default) or strong (MRSC: three Regions, "
@@ -168,6 +175,7 @@ def _parser() -> argparse.ArgumentParser:
         other.add_argument("--rules", type=Path, help=argparse.SUPPRESS)
         other.add_argument("--regions", help=argparse.SUPPRESS)
         other.add_argument("--lag-ms", help=argparse.SUPPRESS)
+        other.add_argument("--skew-ms", help=argparse.SUPPRESS)
         other.add_argument("--consistency", help=argparse.SUPPRESS)
 
     pump = command("pump", "play Lambda's stream and recheck-queue triggers locally")

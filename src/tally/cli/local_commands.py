@@ -27,11 +27,13 @@ def local(options: argparse.Namespace) -> int:
         raise UsageError("--template, --table-id and --rules go with `tally local up`")
     if options.table_id and not options.table_template:
         raise UsageError("--table-id names a table of --template FILE")
-    multi = (options.regions, options.lag_ms, options.consistency)
-    if options.action != "up" and multi != (None, None, None):
-        raise UsageError("--regions, --lag-ms and --consistency go with `tally local up`")
-    if options.action == "up" and not options.regions and multi != (None, None, None):
-        raise UsageError("--lag-ms and --consistency go with --regions")
+    multi = (options.regions, options.lag_ms, options.skew_ms, options.consistency)
+    if options.action != "up" and multi != (None, None, None, None):
+        raise UsageError(
+            "--regions, --lag-ms, --skew-ms and --consistency go with `tally local up`"
+        )
+    if options.action == "up" and not options.regions and multi != (None, None, None, None):
+        raise UsageError("--lag-ms, --skew-ms and --consistency go with --regions")
     if options.action == "up":
         table_id = _table_id(options.table_template, options.table_id)
         if options.regions:

@@ -36,12 +36,22 @@ def lag_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def skew_argument(text: str) -> tuple[tuple[str, int], ...]:
+    try:
+        return local_regions.parse_skew(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def up(options: argparse.Namespace, state_dir: Path, table_id: str, rules: Path | None) -> int:
     """`tally local up --regions ...`: start the stack, say what runs where, print the first
     Region's exports."""
     try:
         layout = local_regions.Layout(
-            options.regions, options.consistency or "eventual", options.lag_ms
+            options.regions,
+            options.consistency or "eventual",
+            options.lag_ms,
+            options.skew_ms or (),
         )
     except ValueError as error:
         raise UsageError(f"--regions {','.join(options.regions)}: {error}") from None

@@ -99,6 +99,27 @@ def parse_lag(text: str) -> int:
     return value
 
 
+MAX_SKEW_MS = 60_000
+
+
+def parse_skew(text: str) -> tuple[tuple[str, int], ...]:
+    """``eu-west-1=250,ap-southeast-2=-100``: how far each Region's clock runs ahead (or behind,
+    negative) in milliseconds, up to a minute; ValueError saying what is wrong with it."""
+    skews: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        region, _, ms = part.partition("=")
+        try:
+            value = int(ms)
+        except ValueError:
+            raise ValueError(f"REGION=MS pairs, comma-separated, not {part!r}") from None
+        if not -MAX_SKEW_MS <= value <= MAX_SKEW_MS:
+            raise ValueError(f"{region}: milliseconds from -{MAX_SKEW_MS} to {MAX_SKEW_MS}")
+        if region.strip() in skews:
+            raise ValueError(f"{region.strip()} given twice")
+        skews[region.strip()] = value
+    return tuple(skews.items())
+
+
 @dataclass(frozen=True)
 class Layout:
     """What `up --regions` asks for: the Regions, the consistency, and a fixed lag (None: the
@@ -107,8 +128,13 @@ class Layout:
     regions: tuple[str, ...]
     consistency: Consistency = "eventual"
     lag_ms: int | None = None
+    skew_ms: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
+        if unknown := [r for r, _ in self.skew_ms if r not in self.regions]:
+            raise ValueError(f"a skew for {', '.join(unknown)}, not one of the Regions")
+        if self.consistency == "strong" and self.skew_ms:
+            raise ValueError("a strongly consistent (MRSC) table has no last writer to skew")
         if self.consistency == "strong" and len(self.regions) != 3:
             raise ValueError(
                 "a strongly consistent (MRSC) global table has exactly three Regions, "
@@ -126,10 +152,19 @@ class Layout:
         regions = list(self.regions)
         if self.consistency == "strong":
             return Replication(pid, settings, "strong", regions=regions)
+        skew = dict(self.skew_ms)
         if self.lag_ms is not None:
-            return Replication(pid, settings, "eventual", self.lag_ms, regions=regions)
+            return Replication(
+                pid, settings, "eventual", self.lag_ms, regions=regions, skew_ms=skew
+            )
         return Replication(
-            pid, settings, "eventual", DEFAULT_LAG_MEDIAN_MS, DEFAULT_LAG_P99_MS, regions=regions
+            pid,
+            settings,
+            "eventual",
+            DEFAULT_LAG_MEDIAN_MS,
+            DEFAULT_LAG_P99_MS,
+            regions=regions,
+            skew_ms=skew,
         )
 
 
@@ -145,7 +180,7 @@ def emulator_settings(layout: Layout, databases: dict[str, str], table: str) -> 
         "tables": [table],
         "consistency": layout.consistency,
         "lag": lag,
-        "skew_ms": {},
+        "skew_ms": dict(replication.skew_ms),
         "seed": 0,
         "conflict_window_ms": 50,
         "ports": {},  # free ones: the emulator prints them

@@ -72,6 +72,8 @@ class Replication:
     lag_p99_ms: int | None = None
     # The Regions, in order (the first is every parent's home Region).
     regions: list[str] = field(default_factory=list)
+    # How far a Region's clock runs ahead (negative: behind), in ms: last writer wins by it.
+    skew_ms: dict[str, int] = field(default_factory=dict)
 
     def settle_seconds(self) -> int:
         """The reconciler's settle window: ten times the slowest lag the links are given
@@ -91,11 +93,12 @@ class Replication:
     def describe(self) -> str:
         if self.consistency == "strong":
             return "strongly consistent (MRSC), one DynamoDB Local"
+        skewed = "".join(f", {r}'s clock {ms:+d} ms" for r, ms in self.skew_ms.items())
         if self.lag_p99_ms is None:
-            return f"eventually consistent (MREC), replication lag {self.lag_median_ms} ms"
+            return f"eventually consistent (MREC), replication lag {self.lag_median_ms} ms{skewed}"
         return (
             f"eventually consistent (MREC), replication lag median {self.lag_median_ms} ms, "
-            f"p99 {self.lag_p99_ms} ms"
+            f"p99 {self.lag_p99_ms} ms{skewed}"
         )
 
 

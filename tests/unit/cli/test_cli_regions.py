@@ -49,8 +49,20 @@ def tally(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
         (["--regions", "us-east-1,mars-1"], "'mars-1': not an AWS Region DynamoDB runs in"),
         (["--regions", "us-east-1,eu-west-1", "--lag-ms", "-1"], "milliseconds from 0"),
         (["--regions", "us-east-1,eu-west-1", "--lag-ms", "soon"], "milliseconds from 0"),
-        (["--lag-ms", "100"], "--lag-ms and --consistency go with --regions"),
-        (["--consistency", "strong"], "--lag-ms and --consistency go with --regions"),
+        (["--lag-ms", "100"], "--lag-ms, --skew-ms and --consistency go with --regions"),
+        (["--consistency", "strong"], "--lag-ms, --skew-ms and --consistency go with --regions"),
+        (["--skew-ms", "eu-west-1=5"], "--lag-ms, --skew-ms and --consistency go with --regions"),
+        (["--regions", "us-east-1,eu-west-1", "--skew-ms", "eu-west-1"], "REGION=MS pairs"),
+        (["--regions", "us-east-1,eu-west-1", "--skew-ms", "eu-west-1=1e9"], "REGION=MS pairs"),
+        (["--regions", "us-east-1,eu-west-1", "--skew-ms", "eu-west-1=99999"], "to 60000"),
+        (["--regions", "us-east-1,eu-west-1", "--skew-ms", "ap-east-1=5"], "not one of the"),
+        (
+            [
+                *("--regions", "us-east-1,eu-west-1,ap-southeast-2"),
+                *("--consistency", "strong", "--skew-ms", "eu-west-1=5"),
+            ],
+            "no last writer to skew",
+        ),
         (
             ["--regions", "us-east-1,eu-west-1", "--consistency", "strong"],
             "exactly three Regions, not 2",
@@ -75,7 +87,7 @@ def test_up_refuses_regions_it_cannot_run(
 def test_the_options_of_up_given_to_another_action_say_where_they_go(
     action: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for option in (["--regions", "us-east-1,eu-west-1"], ["--lag-ms", "5"]):
+    for option in (["--regions", "us-east-1,eu-west-1"], ["--lag-ms", "5"], ["--skew-ms", "a=1"]):
         code, err = tally(capsys, "local", action, *option)
         assert code == 2 and "go with `tally local up`" in err, err
 

@@ -136,6 +136,25 @@ def test_the_emulators_settings_name_each_regions_database_and_the_lag() -> None
     assert (strong["consistency"], strong["lag"]) == ("strong", None)
 
 
+def test_a_skew_reaches_the_emulator_and_the_stacks_description() -> None:
+    databases = {"us-east-1": "http://127.0.0.1:1", "eu-west-1": "http://127.0.0.1:2"}
+    layout = Layout(tuple(databases), lag_ms=300, skew_ms=regions.parse_skew("eu-west-1=-250"))
+    assert regions.emulator_settings(layout, databases, "t")["skew_ms"] == {"eu-west-1": -250}
+    assert layout.replication().describe().endswith("lag 300 ms, eu-west-1's clock -250 ms")
+    assert regions.emulator_settings(Layout(tuple(databases)), databases, "t")["skew_ms"] == {}
+
+
+@given(st.text(max_size=30))
+def test_a_skew_is_parsed_or_refused_with_a_value_error(text: str) -> None:
+    try:
+        parsed = regions.parse_skew(text)
+    except ValueError as refused:
+        assert str(refused)
+        return
+    assert len({r for r, _ in parsed}) == len(parsed)
+    assert all(abs(ms) <= regions.MAX_SKEW_MS for _, ms in parsed)
+
+
 # --- the record --------------------------------------------------------------------------------
 
 
