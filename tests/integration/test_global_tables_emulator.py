@@ -171,6 +171,36 @@ def test_a_transaction_is_atomic_in_its_region_only_its_items_replicate_one_by_o
     assert two.hidden(US, LIKE) == two.hidden(US, POST)  # one stamp for the transaction
 
 
+def test_a_transaction_sent_again_with_its_token_is_one_commit_as_in_one_region(
+    two: GlobalTable,
+) -> None:
+    """An SDK's retry after a lost response sends the same request with the same
+    ``ClientRequestToken``: DynamoDB answers it as the first, committed once. The front stamps
+    the retry as the first, or DynamoDB Local would see other parameters under one token."""
+    two.put(US, post(0))
+    request = {
+        "TransactItems": [
+            {
+                "Update": {
+                    "TableName": two.name,
+                    "Key": wire(POST),
+                    "UpdateExpression": "ADD likes :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            }
+        ],
+        "ClientRequestToken": "one-like-from-a-retrying-client",
+    }
+    first = two.hidden(US, POST)
+    two.clients[US].transact_write_items(**request)
+    stamped = two.hidden(US, POST)
+    two.clients[US].transact_write_items(**request)  # the retry
+    assert two.item(US, POST) == post(1) and two.hidden(US, POST) == stamped != first
+    request["ClientRequestToken"] = "another-like"
+    two.clients[US].transact_write_items(**request)  # a new request is a new write
+    assert two.item(US, POST) == post(2)
+
+
 def test_changes_to_one_item_in_a_short_time_replicate_as_one(two: GlobalTable) -> None:
     for likes in (1, 2, 3):
         two.put(US, post(likes))

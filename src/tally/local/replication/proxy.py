@@ -135,6 +135,37 @@ class ConflictWindow:
                     self._writers[key] = (region, until)
 
 
+class TokenStamps:
+    """The stamp a ``TransactWriteItems`` got under its ``ClientRequestToken``, for the
+    token's ten minutes (AWS's idempotency window): an SDK's retry after a lost response
+    sends the same request, and must reach DynamoDB Local with the same hidden stamp, or it
+    would be other parameters under one token (``IdempotentParameterMismatchException``)."""
+
+    SECONDS = 600.0
+    MOST = 100_000
+
+    def __init__(self, now: Callable[[], float] = time.monotonic):
+        self._now = now
+        self._stamps: dict[str, tuple[WireStamp, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, token: object) -> WireStamp | None:
+        with self._lock:
+            held = self._stamps.get(token) if isinstance(token, str) else None
+            return held[0] if held is not None and held[1] > self._now() else None
+
+    def keep(self, token: object, stamp: WireStamp) -> None:
+        if not isinstance(token, str):
+            return
+        with self._lock:
+            now = self._now()
+            if len(self._stamps) >= self.MOST:
+                self._stamps = {t: h for t, h in self._stamps.items() if h[1] > now}
+                if len(self._stamps) >= self.MOST:  # all live: the oldest goes
+                    self._stamps.pop(next(iter(self._stamps)))
+            self._stamps[token] = (stamp, now + self.SECONDS)
+
+
 @dataclass
 class Answer:
     status: int
@@ -173,6 +204,7 @@ class RegionFront:
         self._control = control
         self._created = created
         self.regions = list(regions)
+        self._tokens = TokenStamps()
         self._schemas = KeySchemas(backend)
         self._http = urllib3.PoolManager(maxsize=32, retries=False)
 
@@ -211,9 +243,14 @@ class RegionFront:
                 finally:
                     self._conflicts.release(self.region, keys)
             with self._locks.hold(self.region, keys):
-                stamp = WireStamp(self._clock.next(), self.region)
+                token = (
+                    body.get("ClientRequestToken") if operation == "TransactWriteItems" else None
+                )
+                stamp = self._tokens.get(token) or WireStamp(self._clock.next(), self.region)
                 stamped = stamp_request(operation, body, stamp, self.replicated)
                 answer = self._forward(headers, json.dumps(stamped.body).encode())
+                if answer.status == 200:
+                    self._tokens.keep(token, stamp)
                 if answer.status == 200 and stamped.deletions:
                     self._bury(answer, stamped.deletions, stamp)
                 return self._shown(operation, answer)
