@@ -100,7 +100,7 @@ class Reconciler:
         self._regions = (
             None
             if regions is None
-            else RegionLosses(regions, rules, table.client, table.name, reporter)
+            else RegionLosses(regions, rules, table.client, table.name, reporter, scheduler.send)
         )
 
     # --- modes and outcomes, read-only ---------------------------------------------------
@@ -171,6 +171,11 @@ class Reconciler:
 
     def recheck(self, recheck: Recheck) -> None:
         """The authoritative check of one parent or sequence, after its grace period."""
+        if recheck.lost is not None:
+            if self._regions is not None:  # a table made single-Region since: nothing to judge
+                self._regions.judge_lost(recheck)
+                self.flush_alerts()
+            return
         rule = self.rules[recheck.rule]
         key = dict(recheck.key)
         with self._book.counting() as done:

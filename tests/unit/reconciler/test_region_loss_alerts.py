@@ -4,6 +4,9 @@ parents are judged in the home Region only."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import given
@@ -13,6 +16,7 @@ from tally.core.dynamodb import serialize
 from tally.reconciler.checks.regions import MAX_PAYLOAD_CHARACTERS, RegionLosses
 from tally.reconciler.findings import Finding
 from tally.reconciler.protocol.regions import GlobalMode
+from tally.reconciler.report.rechecks import Recheck, parse_recheck
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 
 US, EU = "us-east-1", "eu-west-1"
@@ -124,3 +128,64 @@ def test_the_parents_are_judged_in_the_home_region_only() -> None:
     away, _, _ = losses(EU, None)
     batch = [record(child(EU, "a"), child(US, "b"))]
     assert home.homed_here(batch) == batch and away.homed_here(batch) == []
+
+
+# --- three Regions: a loss waits for replication to settle ----------------------------------
+
+AP = "ap-southeast-2"
+
+
+class Queue:
+    """The recheck queue as SQS carries it: each recheck through its JSON body."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Recheck, int]] = []
+
+    def send(self, recheck: Recheck, delay: int) -> None:
+        body = {k: v for k, v in asdict(recheck).items() if v is not None}
+        self.sent.append((parse_recheck(json.dumps(body, default=str)), delay))
+
+
+def three_regions(region: str, holder: dict[str, Any] | None) -> tuple[RegionLosses, Alerts, Queue]:
+    alerts, table, queue = Alerts(), Table(holder), Queue()
+    mode = GlobalMode(region, (US, EU, AP), US, 30)
+    check = RegionLosses(mode, RULES, table, "t", alerts, queue.send)  # type: ignore[arg-type]
+    return check, alerts, queue
+
+
+def test_with_three_regions_a_loss_is_judged_a_settle_window_later_not_at_once() -> None:
+    check, alerts, queue = three_regions(EU, child(US, "b"))
+    lost = child(EU, "a", note="mine", stars=Decimal(4))
+    assert check.read_losses([record(lost, child(US, "b"))]) == 0
+    assert alerts.findings == []
+    [(recheck, delay)] = queue.sent
+    assert delay == 30 and recheck.rule == "likes" and recheck.key == LIKE
+    assert check.judge_lost(recheck)  # still us's child there: lost
+    [finding] = alerts.findings
+    assert (finding.kind, finding.region) == ("overwritten", EU)
+    assert finding.stored == {**LIKE, "note": "mine", "stars": "4"}
+    assert finding.actual == {"child_id": f"{US}:b", "region": US}
+
+
+def test_with_three_regions_a_child_back_once_settled_is_no_loss() -> None:
+    check, alerts, queue = three_regions(EU, child(EU, "a", seen=True))  # ap's newer version
+    check.read_losses([record(child(EU, "a"), child(US, "b"))])
+    [(recheck, _)] = queue.sent
+    assert not check.judge_lost(recheck) and alerts.findings == []
+
+
+def test_the_same_loss_judged_twice_is_one_finding() -> None:
+    check, alerts, queue = three_regions(EU, child(US, "b"))
+    check.read_losses([record(child(EU, "a"), child(US, "b"))] * 2)  # a redelivered batch
+    for recheck, _ in queue.sent:
+        check.judge_lost(recheck)
+    assert len({f.finding_id for f in alerts.findings}) == 1
+
+
+@given(
+    st.dictionaries(st.sampled_from(["child_id", "winner", "payload", "x"]), st.text(max_size=8))
+)
+def test_a_forged_loss_recheck_never_raises(lost: dict[str, str]) -> None:
+    check, alerts, _ = three_regions(EU, None)
+    judged = check.judge_lost(Recheck("likes", LIKE, 0, "forged", lost=lost))
+    assert judged == ("child_id" in lost) and len(alerts.findings) == int(judged)

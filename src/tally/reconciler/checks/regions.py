@@ -4,7 +4,8 @@ what it reads of its own stream before the protocol's steps.
 - **Losses of its own writes**, from every record (``protocol.regions.own_loss``): a child
   of this Region's that another Region's child replaced (a number handed out twice, a like
   made in two Regions) is alerted as ``overwritten``, with the lost child's attributes, once a
-  consistent read here shows it is still gone. Only the Region that lost it reads it so:
+  consistent read here shows it is still gone: at once between two Regions, a settle window
+  later (a recheck) with three or more, where a newer version holding it may still come. Only the Region that lost it reads it so:
   one alert across the Regions. Never repaired: which child should hold the key is a human
   decision.
 - **A contended parent** (``protocol.regions.contended``): before the home Region repairs a
@@ -19,7 +20,7 @@ what it reads of its own stream before the protocol's steps.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -34,10 +35,11 @@ from tally.reconciler.protocol.regions import (
     own_loss,
     still_lost,
 )
+from tally.reconciler.report.rechecks import Recheck
 from tally.reconciler.report.reporter import Reporter
 from tally.reconciler.store.log import FindingLog
 from tally.reconciler.table.parent_reads import ParentReads
-from tally.rules import Key, RuleSet, SequenceRule, TallyRule
+from tally.rules import AnyRule, Key, RuleSet, SequenceRule, TallyRule
 
 NEVER = "which of two children under one key should stay is a human decision"
 # The lost child's attributes ride in the alert (SNS takes 256 KB, an audit item 400 KB):
@@ -47,30 +49,89 @@ MAX_PAYLOAD_CHARACTERS = 8_000
 
 class RegionLosses:
     def __init__(
-        self, mode: GlobalMode, rules: RuleSet, client: Any, table_name: str, reporter: Reporter
+        self,
+        mode: GlobalMode,
+        rules: RuleSet,
+        client: Any,
+        table_name: str,
+        reporter: Reporter,
+        send: Callable[[Recheck, int], None] | None = None,
     ):
         self.mode = mode
         self._rules = rules
         self._client = client
         self._table = table_name
         self._reporter = reporter
+        self._send = send
 
     def homed_here(self, records: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """The records this Region judges: all of them in the home Region, none elsewhere."""
         return records if self.mode.at_home else []
 
     def read_losses(self, records: Iterable[Mapping[str, Any]]) -> int:
-        """Alert each child of this Region's that another Region's replaced; how many."""
+        """Alert each child of this Region's that another Region's replaced (with three
+        Regions or more, once replication settled: see ``later``); how many now."""
         alerted = 0
         for record in records:
             loss = self._loss(record)
             if loss is None or loss.kind != "child_overwritten":
                 continue
-            finding = self._finding(loss)
+            rule = self._child_rule(loss.key)
+            if rule is None:
+                continue  # not a child or member of any rule: nothing of ours was lost
+            if self._send is not None and len(self.mode.regions) >= 3:
+                self._send(self._later(rule, loss), self.mode.settle_seconds)
+                continue
+            finding = self._finding(rule, loss)
             if finding is not None:
                 self._reporter.alert_unrepaired(finding)
                 alerted += 1
         return alerted
+
+    def judge_lost(self, recheck: Recheck) -> bool:
+        """A loss read a settle window ago, judged against the child as it is now (alerted if
+        still lost); whether it was. Between two Regions a child replaced is replaced for
+        good (only the two of them write it); with a third, a newer version that holds it
+        can still be on its way from the third, so the loss waits for replication to settle."""
+        lost = recheck.lost or {}
+        try:
+            payload = json.loads(lost.get("payload", "{}"))
+        except ValueError:
+            payload = {}
+        rule = self._child_rule(recheck.key)
+        if rule is None or "child_id" not in lost:
+            return False  # the rules changed since: not a child of any rule now
+        key = self._rules.table.typed(recheck.key)
+        loss = Loss(
+            "child_overwritten",
+            self.mode.region,
+            key,
+            lost.get("winner") or None,
+            payload if isinstance(payload, dict) else {},
+            lost["child_id"],
+        )
+        finding = self._finding(rule, loss)
+        if finding is not None:
+            self._reporter.alert_unrepaired(finding)
+        return finding is not None
+
+    def _later(self, rule: AnyRule, loss: Loss) -> Recheck:
+        payload = json.dumps(_bounded(loss.lost_child or {}), default=str, sort_keys=True)
+        return Recheck(
+            rule.name,
+            {k: str(v) for k, v in loss.key.items()},
+            0,
+            "a child of this Region's lost, judged once replication settled",
+            lost={
+                "child_id": str(loss.child_id),
+                "winner": loss.winner or "",
+                "payload": payload,
+            },
+        )
+
+    def _child_rule(self, key: Mapping[str, Any]) -> AnyRule | None:
+        matches = [m for m in self._rules.classify(key) if m.role in ("child", "member", "indexed")]
+        return matches[0].rule if matches else None
 
     def _loss(self, record: Mapping[str, Any]) -> Loss | None:
         """The record's loss of ours, if any; a record that cannot be read is the protocol's
@@ -89,18 +150,12 @@ class RegionLosses:
         except Exception:  # a forged or damaged record: not ours to judge
             return None
 
-    def _finding(self, loss: Loss) -> Finding | None:
-        matches = [
-            m for m in self._rules.classify(loss.key) if m.role in ("child", "member", "indexed")
-        ]
-        if not matches:
-            return None  # not a child or member of any rule: nothing of ours was lost
+    def _finding(self, rule: AnyRule, loss: Loss) -> Finding | None:
         key = serialize(self._rules.table.typed(loss.key))
         found = self._client.get_item(TableName=self._table, Key=key, ConsistentRead=True)
         now = deserialize(found["Item"]) if "Item" in found else None
         if not still_lost(loss, now):
             return None  # the child is back: a newer version held it after all
-        rule = matches[0].rule
         what = (
             f"number handed out twice in {rule.name!r}"
             if isinstance(rule, SequenceRule)

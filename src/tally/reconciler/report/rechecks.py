@@ -40,6 +40,10 @@ class Recheck:
     # Children found through an index: the looks this chain took at a parent that kept moving
     # (each waits twice as long as the last, up to SQS's 15 minutes).
     looks: int = 0
+    # A Global Table of three Regions or more: a child of this Region's read as lost, judged
+    # once replication settled (``checks.regions``): its id, the Region whose child replaced
+    # it, and its attributes as JSON. ``key`` is then the child's.
+    lost: dict[str, str] | None = None
 
 
 class RecheckQueue:
@@ -62,6 +66,8 @@ class RecheckQueue:
             del body["reference"]
         if not recheck.looks:
             del body["looks"]
+        if recheck.lost is None:
+            del body["lost"]
         self.sqs.send_message(
             QueueUrl=self.queue_url,
             MessageBody=json.dumps(body, sort_keys=True),
@@ -82,6 +88,7 @@ class _RecheckBody(BaseModel):
     carry_through: int = Field(default=0, ge=0)
     reference: str | None = None
     looks: int = Field(default=0, ge=0)
+    lost: dict[str, str] | None = None
 
 
 def parse_recheck(body: str) -> Recheck:
@@ -105,6 +112,7 @@ def parse_recheck(body: str) -> Recheck:
         parsed.carry_through,
         parsed.reference,
         parsed.looks,
+        parsed.lost,
     )
 
 
@@ -126,7 +134,7 @@ def merge_index_looks(
     after the latest change covers every earlier one. Other rechecks are left out."""
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[str, Recheck]]] = {}
     for message, recheck in rechecks:
-        if recheck.rule in indexed:
+        if recheck.rule in indexed and recheck.lost is None:
             groups.setdefault((recheck.rule, tuple(sorted(recheck.key.items()))), []).append(
                 (message, recheck)
             )
