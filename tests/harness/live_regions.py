@@ -1,113 +1,169 @@
 """The live scenario on an emulated Global Table: the project's writers in every Region of a
-`tally local up --regions` stack, one Region offline for a while, then every Region's pump,
-and what the alerts said against what the table shows happened.
+`tally local up --regions` stack (likes, order lines, issue numbers by every strategy), their
+clients losing responses after commit and throttled, one Region offline for a while, then
+every Region's pump, and what the alerts said against what the table shows happened.
 
 Ground truth, read once writers stopped and replication settled:
 - a child lost: a child or member a Region's writer created (acknowledged) whose key now holds
-  a child made in another Region: one ``overwritten`` alert expected, from that Region;
-- a lost increment: a post whose counter, in its home Region, is off its children: one
-  ``drift`` alert expected, from the home Region only, which repairs it (fenced): once the
-  repairs replicated, every post equals its children in every Region.
+  a child made in another Region: one ``overwritten`` alert expected, from that Region, and
+  none for any other child (the reconciler never writes a child, so this holds whether the
+  pumps ran during the writes or after);
+- a lost increment: a post or order whose counter, in its home Region, is off its children
+  once replication settled, before any reconciler ran: one ``drift`` alert expected, from the
+  home Region only. Posts (``auto``) are repaired, fenced: once the repairs replicated, every
+  post equals its children in every Region. Orders (``alert``) stay as they are.
+
+With the pumps running during the writes (``live``), a post can drift, be repaired and drift
+again, so the drift ground truth is the end state: every post equal to its children in every
+Region, every drift alert from the home Region, no repair outside it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from statistics import median, quantiles
 from typing import Any
 
 import boto3
+from botocore.config import Config
 
 from tally.core.dynamodb import deserialize
 from tally.core.regions import CHILD_ID, created_in
 from tally.local.stack_record import LocalStack
 from tally.rules import DEFAULT_RULES_FILE, REPAIR_MARKER, load_rules
 from tally.writers import CounterBehindError, SequenceAllocator, TallyWriter
+from tests.harness.faults import Faults
 
-POSTS, USERS, GAPLESS_PROJECTS = 3, 25, 2
-ATOMIC_PROJECT = "PROJECT#atomic"
+POSTS, USERS, ORDERS, LINES, GAPLESS_PROJECTS = 3, 25, 2, 12, 2
+ATOMIC_PROJECT, SORTKEY_PROJECT = "PROJECT#atomic", "PROJECT#sortkey"
+# Per attempt, on the writers' writes: a response lost after commit, a throttled attempt.
+LOST, THROTTLED = 0.03, 0.03
 
 
-def regional_client(stack: LocalStack) -> Any:
+def regional_client(stack: LocalStack, retries: int | None = None) -> Any:
+    config = Config(retries={"mode": "standard", "max_attempts": retries}) if retries else None
     return boto3.client(
         "dynamodb",
         endpoint_url=stack.dynamodb_endpoint,
         region_name=stack.region,
         aws_access_key_id="x",
         aws_secret_access_key="x",
+        config=config,
     )
 
 
 @dataclass
 class Written:
-    """What the writers were told, by Region."""
+    """What the writers were told, by Region, and when."""
 
-    likes: set[tuple[str, str, str]] = field(default_factory=set)  # (region, PK, SK)
-    members: set[tuple[str, str, str]] = field(default_factory=set)
+    children: set[tuple[str, str, str]] = field(default_factory=set)  # (region, PK, SK)
+    acknowledged: dict[tuple[str, str, str], float] = field(default_factory=dict)  # epoch s
     behind: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    stopped: float = 0.0  # epoch seconds the last writer stopped
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def created(self, region: str, pk: str, sk: str) -> None:
+        with self.lock:
+            self.children.add((region, pk, sk))
+            self.acknowledged[(region, pk, sk)] = time.time()
 
 
 def write(
     stacks: list[LocalStack], seconds: float, threads: int, seed: int, offline: Any
 ) -> Written:
-    """Writers in every Region for ``seconds``; ``offline(True/False)`` cuts the last Region
-    off for the middle third of the run and brings it back."""
+    """Writers in every Region for ``seconds``, their responses lost and throttled at times;
+    ``offline(True/False)`` cuts the last Region off for the middle third of the run and
+    brings it back."""
     rules = load_rules(DEFAULT_RULES_FILE)
     first = regional_client(stacks[0])
-    for post in range(POSTS):
+    parents = [(f"POST#{p}", "likeTally") for p in range(POSTS)]
+    parents += [(f"ORDER#{o}", "total") for o in range(ORDERS)]
+    for pk, counter in parents:
         first.put_item(
             TableName=stacks[0].table_name,
-            Item={"PK": {"S": f"POST#{post}"}, "SK": {"S": "META"}, "likeTally": {"N": "0"}},
+            Item={"PK": {"S": pk}, "SK": {"S": "META"}, counter: {"N": "0"}},
         )
     written = Written()
-    started = time.monotonic()
-    stop = started + seconds
+    stop = time.monotonic() + seconds
+    clients = {s.region: regional_client(s, retries=8) for s in stacks}
 
     def writer(stack: LocalStack, n: int) -> None:
         rng = random.Random(f"{seed}-{stack.region}-{n}")
-        dynamodb = regional_client(stack)
+        dynamodb = clients[stack.region]
         tallies = TallyWriter(dynamodb, stack.table_name, rules, region=stack.region)
         numbers = SequenceAllocator(dynamodb, stack.table_name, rules, region=stack.region)
         while time.monotonic() < stop:
-            like = {"PK": f"POST#{rng.randrange(POSTS)}", "SK": f"LIKE#USER#{rng.randrange(USERS)}"}
+            if rng.random() < 0.7:
+                key = {
+                    "PK": f"POST#{rng.randrange(POSTS)}",
+                    "SK": f"LIKE#USER#{rng.randrange(USERS)}",
+                }
+                amount = None
+            else:
+                key = {"PK": f"ORDER#{rng.randrange(ORDERS)}", "SK": f"LINE#{rng.randrange(LINES)}"}
+                amount = {"amount": Decimal(rng.randrange(1, 100)) / 4}
             try:
-                if tallies.add_child(like).outcome == "created":
-                    with written.lock:
-                        written.likes.add((stack.region, like["PK"], like["SK"]))
+                if tallies.add_child(key, amount).outcome == "created":
+                    written.created(stack.region, key["PK"], key["SK"])
             except Exception:  # a parent not replicated here yet: the writer's caller retries
                 pass
-            gapless = rng.random() < 0.7
-            project = f"PROJECT#{rng.randrange(GAPLESS_PROJECTS)}" if gapless else ATOMIC_PROJECT
+            draw = rng.random()
+            strategy = "gapless" if draw < 0.5 else "atomic" if draw < 0.75 else "sortkey"
+            project = {
+                "gapless": f"PROJECT#{rng.randrange(GAPLESS_PROJECTS)}",
+                "atomic": ATOMIC_PROJECT,
+                "sortkey": SORTKEY_PROJECT,
+            }[strategy]
             try:
                 got = numbers.allocate(
                     {"PK": project, "SK": "COUNTER#ISSUE"},
-                    strategy="gapless" if gapless else "atomic",
+                    strategy=strategy,  # type: ignore[arg-type]
                     attributes={"title": f"from {stack.region}"},
                 )
             except CounterBehindError:
                 with written.lock:
                     written.behind[stack.region] += 1
                 continue
-            with written.lock:
-                written.members.update(
-                    (stack.region, str(k["PK"]), str(k["SK"])) for k in got.member_keys
-                )
+            for member in got.member_keys:
+                written.created(stack.region, str(member["PK"]), str(member["SK"]))
 
     workers = [
         threading.Thread(target=writer, args=(stack, n)) for stack in stacks for n in range(threads)
     ]
-    for w in workers:
-        w.start()
-    time.sleep(seconds / 3)
-    offline(True)
-    time.sleep(seconds / 3)
-    offline(False)
-    for w in workers:
-        w.join()
+    with contextlib.ExitStack() as faulty:
+        injectors = {
+            region: faulty.enter_context(
+                Faults(
+                    client,
+                    lost=LOST,
+                    throttled=THROTTLED,
+                    seed=seed + i,
+                    operations={"TransactWriteItems", "UpdateItem", "PutItem"},
+                )
+            )
+            for i, (region, client) in enumerate(clients.items())
+        }
+        for w in workers:
+            w.start()
+        time.sleep(seconds / 3)
+        offline(True)
+        time.sleep(seconds / 3)
+        offline(False)
+        for w in workers:
+            w.join()
+    written.stopped = time.time()
+    for injector in injectors.values():
+        for stats in injector.stats.values():
+            written.faults["responses lost after commit"] += stats.lost
+            written.faults["throttled"] += stats.throttled
     return written
 
 
@@ -121,35 +177,42 @@ def items(stack: LocalStack) -> dict[tuple[str, str], dict[str, Any]]:
     return {(i["PK"], i["SK"]): i for i in found}
 
 
+def _epoch(detected_at: str) -> float:
+    return datetime.fromisoformat(detected_at.replace("Z", "+00:00")).timestamp()
+
+
 @dataclass
 class Judged:
     expected_overwritten: set[tuple[str, str, str]]  # (losing Region, PK, SK)
     alerted_overwritten: Counter[tuple[str, str, str]]
-    posts_off: set[str]
-    alerted_drift: Counter[tuple[str, str]]  # (Region, post PK)
+    parents_off: set[str]  # posts and orders off once settled, before any reconciler ran
+    alerted_drift: Counter[tuple[str, str]]  # (Region, parent PK)
     repaired_items: int  # items carrying the reconciler's repair marker, in the home Region
     repairs_away: int  # repairs an alert from a Region other than the home one says it applied
     posts_off_after: dict[str, set[str]]  # by Region: posts still off once repairs replicated
     other_alerts: Counter[str]
     counters_behind: set[str]  # sequences whose counter is below their highest member
     alerted_behind: Counter[tuple[str, str]]  # (Region, counter PK)
+    latency: dict[str, list[float]]  # by kind: seconds from the fault to its alert
+    live: bool = False
 
     def counts(self) -> dict[str, int]:
         alerted = set(self.alerted_overwritten)
         drifted = {pk for _, pk in self.alerted_drift}
-        return {
+        posts_off = {pk for pk in self.parents_off if pk.startswith("POST#")}
+        orders_off = self.parents_off - posts_off
+        alerted_orders = {pk for pk in drifted if pk.startswith("ORDER#")}
+        counts = {
             "children lost": len(self.expected_overwritten),
             "children lost alerted": len(self.expected_overwritten & alerted),
             "false negatives (children)": len(self.expected_overwritten - alerted),
             "false positives (children)": len(alerted - self.expected_overwritten),
             "alerted twice (children)": sum(1 for c in self.alerted_overwritten.values() if c > 1),
-            "posts off": len(self.posts_off),
-            "false negatives (drift)": len(self.posts_off - drifted),
-            "false positives (drift)": len(drifted - self.posts_off),
-            "alerted twice or not from home (drift)": sum(
-                c for (r, _), c in self.alerted_drift.items() if r != "us-east-1" or c > 1
+            "posts off": len(posts_off),
+            "orders off": len(orders_off),
+            "drift alerted outside home": sum(
+                c for (r, _), c in self.alerted_drift.items() if r != "us-east-1"
             ),
-            "posts repaired (items carrying the repair marker)": self.repaired_items,
             "repairs applied outside the home Region": self.repairs_away,
             "posts still off after settle, any Region": sum(
                 len(p) for p in self.posts_off_after.values()
@@ -162,6 +225,23 @@ class Judged:
                 c for (r, _), c in self.alerted_behind.items() if r != "us-east-1"
             ),
         }
+        if not self.live:  # the ground truth of a run judged once settled
+            counts |= {
+                "false negatives (drift)": len((posts_off | orders_off) - drifted),
+                "false positives (drift)": len(drifted - posts_off - orders_off),
+                "alerted twice (drift)": sum(1 for c in self.alerted_drift.values() if c > 1),
+                "posts repaired (items carrying the repair marker)": self.repaired_items,
+                "orders alerted, not repaired": len(alerted_orders & orders_off),
+            }
+        return counts
+
+    def latencies(self) -> dict[str, str]:
+        """By kind: how many alerts, and the median and 95th percentile seconds to alert."""
+        shown = {}
+        for kind, seconds in sorted(self.latency.items()):
+            p95 = quantiles(seconds, n=20)[-1] if len(seconds) > 1 else seconds[0]
+            shown[kind] = f"{len(seconds)} alerts, median {median(seconds):.1f} s, p95 {p95:.1f} s"
+        return shown
 
 
 def judge(
@@ -170,16 +250,18 @@ def judge(
     held: dict[tuple[str, str], dict[str, Any]],
     alerts: list[dict[str, Any]],
     settled: Any,
+    *,
+    live: bool = False,
 ) -> Judged:
-    """``held``: the home Region's items once the writers stopped and replication settled,
-    before any reconciler ran; ``settled()`` lets the repairs replicate before the counters
-    are read again."""
+    """``held``: the home Region's items once the writers stopped and replication settled
+    (before any reconciler ran, unless ``live``); ``settled()`` lets the repairs replicate
+    before the counters are read again."""
     expected = set()
-    for region, pk, sk in written.likes | written.members:
+    for region, pk, sk in written.children:
         now = held.get((pk, sk))
         if now is not None and created_in(now.get(CHILD_ID)) != region:
             expected.add((region, pk, sk))
-    posts_off = {pk for pk in _posts() if _off(held, pk)}
+    parents_off = {pk for pk in _parents() if _off(held, pk)}
     behind = set()
     for (pk, sk), counter in held.items():
         if sk == "COUNTER#ISSUE":
@@ -190,27 +272,35 @@ def judge(
     drift: Counter[tuple[str, str]] = Counter()
     alerted_behind: Counter[tuple[str, str]] = Counter()
     other: Counter[str] = Counter()
+    latency: dict[str, list[float]] = {}
     home = stacks[0].region
     away = 0
     for alert in alerts:
         repair = alert.get("repair")
         status = repair.get("status") if isinstance(repair, dict) else repair
         away += int(status == "applied" and alert["region"] != home)
+        key = alert["key"]
         if alert["kind"] == "counter_behind":
-            alerted_behind[(alert["region"], alert["key"]["PK"])] += 1
+            alerted_behind[(alert["region"], key["PK"])] += 1
         elif alert["kind"] == "overwritten":
-            overwritten[(alert["region"], alert["key"]["PK"], alert["key"]["SK"])] += 1
-        elif alert["kind"] == "drift" and alert["key"]["PK"].startswith("POST#"):
-            drift[(alert["region"], alert["key"]["PK"])] += 1
+            overwritten[(alert["region"], key["PK"], key["SK"])] += 1
+            acked = written.acknowledged.get((alert["region"], key["PK"], key["SK"]))
+            if acked is not None:
+                latency.setdefault("overwritten", []).append(_epoch(alert["detected_at"]) - acked)
+        elif alert["kind"] == "drift" and key["PK"].startswith(("POST#", "ORDER#")):
+            drift[(alert["region"], key["PK"])] += 1
+            latency.setdefault("drift, from the writers' stop", []).append(
+                _epoch(alert["detected_at"]) - written.stopped
+            )
         else:
             other[f"{alert['kind']} in {alert['region']}"] += 1
     settled()
-    after = {s.region: {pk for pk in _posts() if _off(items(s), pk)} for s in stacks}
+    after = {s.region: {p for p in _parents("POST#") if _off(items(s), p)} for s in stacks}
     repaired = sum(1 for i in items(stacks[0]).values() if REPAIR_MARKER in i)
     return Judged(
         expected,
         overwritten,
-        posts_off,
+        parents_off,
         drift,
         repaired,
         away,
@@ -218,13 +308,19 @@ def judge(
         other,
         behind,
         alerted_behind,
+        latency,
+        live,
     )
 
 
-def _posts() -> list[str]:
-    return [f"POST#{post}" for post in range(POSTS)]
+def _parents(prefix: str = "") -> list[str]:
+    every = [f"POST#{post}" for post in range(POSTS)] + [f"ORDER#{o}" for o in range(ORDERS)]
+    return [pk for pk in every if pk.startswith(prefix)]
 
 
 def _off(held: dict[tuple[str, str], dict[str, Any]], pk: str) -> bool:
-    children = sum(1 for k in held if k[0] == pk and k[1].startswith("LIKE#"))
-    return bool(held[(pk, "META")]["likeTally"] != children)
+    if pk.startswith("POST#"):
+        truth = Decimal(sum(1 for k in held if k[0] == pk and k[1].startswith("LIKE#")))
+        return bool(held[(pk, "META")]["likeTally"] != truth)
+    lines = (i.get("amount", 0) for k, i in held.items() if k[0] == pk and k[1].startswith("LINE#"))
+    return bool(held[(pk, "META")]["total"] != sum(lines, Decimal(0)))

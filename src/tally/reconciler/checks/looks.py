@@ -102,8 +102,11 @@ class Looks:
                 self._followups.schedule(rule, key, 0, "moved under a settled repair", seen)
             return
         held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
-        detail = "; ".join(part for part in (finding.detail, held) if part)
         why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
+        if self._contention is not None:  # a Global Table's settled rule that only alerts
+            held = f"the same counter and truth {rule.lag_seconds} s apart: replication settled"
+            why = f"the rule's repair is {rule.repair!r}: alerted, not repaired"
+        detail = "; ".join(part for part in (finding.detail, held) if part)
         self._followups.skip(replace(finding, detail=detail), why)
 
     def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:

@@ -5,9 +5,9 @@ what it reads of its own stream before the protocol's steps.
   of this Region's that another Region's child replaced (a number handed out twice, a like
   made in two Regions) is alerted as ``overwritten``, with the lost child's attributes, once a
   consistent read here shows it is still gone: at once between two Regions, a settle window
-  later (a recheck) with three or more, where a newer version holding it may still come. Only the Region that lost it reads it so:
-  one alert across the Regions. Never repaired: which child should hold the key is a human
-  decision.
+  later (a recheck) with three or more, where a newer version holding it may still come.
+  Only the Region that lost it reads it so: one alert across the Regions. Never repaired:
+  which child should hold the key is a human decision.
 - **A contended parent** (``protocol.regions.contended``): before the home Region repairs a
   parent again, it counts the parent's repairs in its log; one repaired that often whose
   counters the Global Table's writers stamp is escalated (``contended``, critical, not repaired):
