@@ -48,6 +48,10 @@ EXISTING = {
     ),
 }
 EXAMPLE: dict[str, str] = {}
+# A Global Table: the home Region's stack (here REGION) creates it; another Region's stack
+# (REGION again, with eu-west-1 home) reconciles its replica there as an existing table.
+GLOBAL_HOME = {"GlobalRegions": f"{REGION},eu-west-1", "HomeRegion": REGION}
+GLOBAL_REPLICA = {"GlobalRegions": f"eu-west-1,{REGION}", "HomeRegion": "eu-west-1", **EXISTING}
 # AWS managed policies the template attaches, with the actions AWS documents for them.
 AWS_MANAGED = {
     f"arn:{PARTITION}:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": (
