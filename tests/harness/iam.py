@@ -48,6 +48,10 @@ EXISTING = {
     ),
 }
 EXAMPLE: dict[str, str] = {}
+# A Global Table: the home Region's stack (here REGION) creates it; another Region's stack
+# (REGION again, with eu-west-1 home) reconciles its replica there as an existing table.
+GLOBAL_HOME = {"GlobalRegions": f"{REGION},eu-west-1", "HomeRegion": REGION}
+GLOBAL_REPLICA = {"GlobalRegions": f"eu-west-1,{REGION}", "HomeRegion": "eu-west-1", **EXISTING}
 # AWS managed policies the template attaches, with the actions AWS documents for them.
 AWS_MANAGED = {
     f"arn:{PARTITION}:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole": (
@@ -201,7 +205,12 @@ class Deployment:
         self.parameters = dict(parameters)
         translated = expand(parameters, template)
         self.values = parameter_defaults(translated) | self.parameters
-        self.conditions = conditions(translated, self.values)
+        self.lists = {
+            name
+            for name, spec in translated.get("Parameters", {}).items()
+            if spec.get("Type") == "CommaDelimitedList"
+        }
+        self.conditions = conditions(translated, self.values | {"AWS::Region": REGION})
         self.resources: dict[str, dict[str, Any]] = {
             name: body
             for name, body in translated["Resources"].items()
@@ -261,6 +270,8 @@ class Deployment:
     def table_arn(self, logical: str) -> str:
         if logical == "Table" and self.existing_table:
             return _arn("dynamodb", f"table/{self.existing_table}")
+        if logical == "Table" and "GlobalTable" in self.resources:  # the home Region's stack
+            return str(self.get_att("GlobalTable", "Arn"))
         return str(self.get_att(logical, "Arn"))
 
     def arn(self, kind: str, logical: str, detail: str | None = None) -> str:
@@ -342,7 +353,8 @@ class Deployment:
         if name in pseudo:
             return pseudo[name]
         if name in self.values:
-            return self.values[name]
+            value = self.values[name]
+            return value.split(",") if name in self.lists else value
         kind = self._type(name)
         physical = self._name(name)
         if kind == "AWS::SQS::Queue":
@@ -359,7 +371,8 @@ class Deployment:
         kind, physical = self._type(logical), self._name(logical)
         if attribute in ("QueueName", "TopicName", "Name"):
             return physical
-        if kind == "AWS::DynamoDB::Table":
+        # A Global Table's Arn and StreamArn are its replica's in the stack's Region.
+        if kind in ("AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable"):
             table = _arn("dynamodb", f"table/{physical}")
             return table if attribute == "Arn" else f"{table}/stream/2024-06-01T00:00:00.000"
         arns = {

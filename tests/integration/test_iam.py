@@ -30,6 +30,8 @@ from typing import Any
 import pytest
 
 from tally.audit.sql import AuditQuery
+from tally.core.regions import CHILD_ID, ORIGIN
+from tally.core.settings import settings
 from tally.handlers import audit as audit_handler
 from tally.handlers import audit_candidates as candidates_handler
 from tally.handlers import writer_api
@@ -45,6 +47,8 @@ from tests.harness.http import invoke
 from tests.harness.iam import (
     EXAMPLE,
     EXISTING,
+    GLOBAL_HOME,
+    GLOBAL_REPLICA,
     Deployment,
     denials,
     grants,
@@ -111,7 +115,12 @@ def recorder() -> Iterator[Recorder]:
 
 @pytest.fixture(scope="module")
 def deployments() -> dict[str, Deployment]:
-    return {"example": Deployment(EXAMPLE), "existing": Deployment(EXISTING)}
+    return {
+        "example": Deployment(EXAMPLE),
+        "existing": Deployment(EXISTING),
+        "global home": Deployment(GLOBAL_HOME),
+        "global replica": Deployment(GLOBAL_REPLICA),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +195,7 @@ def test_bundled_rules_writer_stream_recheck_and_audits(
     )
     stack.put({**post, "likeTally": 0})
     stack.put({**order, "total": 0})
-    with scenario(recorder, evidence, deployments, "bundled", ("example", "existing")):
+    with scenario(recorder, evidence, deployments, "bundled", tuple(deployments)):
         like = {"PK": "POST#a91f", "SK": "LIKE#USER#7c20"}
         keyed = {"Idempotency-Key": "like-7c20"}
         assert invoke("POST", "/children", {"key": like}, keyed)[0] == 201
@@ -245,6 +254,52 @@ def test_bundled_rules_writer_stream_recheck_and_audits(
 
 def _rules() -> RuleSet:
     return runtime.rules()
+
+
+# --- the bundled rules on a Global Table ------------------------------------------------
+
+
+def test_global_table_writer_stream_and_rechecks_in_the_home_region(
+    stack: Any,
+    repair_switches: str,
+    recorder: Recorder,
+    evidence: dict[str, list[Call]],
+    deployments: dict[str, Deployment],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The functions as a Global Table's stack runs them (GLOBAL_REGIONS, its Region the home):
+    the writer API stamps, the reconciler reads a child of its own that another Region's write
+    replaced, and the home Region judges a counter off once replication had its settle window.
+    """
+    for name, value in {
+        "GLOBAL_REGIONS": "us-east-1,eu-west-1",
+        "AWS_REGION": "us-east-1",
+        "HOME_REGION": "us-east-1",
+        "SETTLE_SECONDS": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    settings.cache_clear()
+    runtime.global_mode.cache_clear()
+    writer_api._writers.cache_clear()
+    post = {"PK": "POST#g1", "SK": "META"}
+    stack.put({**post, "likeTally": 0})
+    modes = ("global home", "global replica")
+    # The layouts are what a Global Table's stacks deploy: the home Region's creates it.
+    assert {"GlobalTable"} <= set(deployments["global home"].resources) - {"Table"}
+    assert not {"Table", "GlobalTable"} & set(deployments["global replica"].resources)
+    with scenario(recorder, evidence, deployments, "global", modes):
+        like = {"PK": "POST#g1", "SK": "LIKE#USER#1"}
+        assert invoke("POST", "/children", {"key": like})[0] == 201
+        assert invoke("POST", "/children", {"key": {**like, "SK": "LIKE#USER#2"}})[0] == 201
+        # eu-west-1's write of the same child replaces ours, as replication delivers it.
+        stack.put({**like, ORIGIN: "eu-west-1", CHILD_ID: "eu-west-1:7c20"})
+        stack.put({**post, "likeTally": 9})
+        stack.settle()
+    kinds = sorted(alert["kind"] for alert in stack.alerts())
+    assert "overwritten" in kinds and "drift" in kinds, kinds
+    settings.cache_clear()
+    runtime.global_mode.cache_clear()
+    writer_api._writers.cache_clear()
 
 
 # --- every example under examples/adopting/ --------------------------------------------
@@ -417,13 +472,13 @@ def test_the_writer_is_denied_the_repair_marker(
 
 
 def _all_scenarios(evidence: dict[str, list[Call]]) -> list[Call]:
-    missing = sorted({"bundled", *SHAPES} - set(evidence))
+    missing = sorted({"bundled", "global", *SHAPES} - set(evidence))
     if missing:
         pytest.fail(f"run the whole module: scenarios {missing} were not recorded")
     return [call for calls in evidence.values() for call in calls]
 
 
-@pytest.mark.parametrize("mode", ["example", "existing"])
+@pytest.mark.parametrize("mode", ["example", "existing", "global home", "global replica"])
 def test_every_grant_is_called_or_says_why_not(
     mode: str, evidence: dict[str, list[Call]], deployments: dict[str, Deployment]
 ) -> None:

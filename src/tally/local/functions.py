@@ -110,6 +110,12 @@ def resolve(
         condition, when_true, when_false = value["Fn::If"]
         branch = when_true if conditions[condition] else when_false
         return resolve(branch, names, parameters, conditions)
+    if isinstance(value, Mapping) and set(value) == {"Fn::Join"}:
+        # A list parameter is held as CloudFormation is given it: comma-separated.
+        separator, items = value["Fn::Join"]
+        if not isinstance(items, list):
+            return resolve(items, names, parameters, conditions).replace(",", str(separator))
+        return str(separator).join(resolve(i, names, parameters, conditions) for i in items)
     if isinstance(value, Mapping) and set(value) == {"Ref"}:
         ref = value["Ref"]
         if ref in names:
@@ -129,11 +135,15 @@ def parameter_defaults(template: Mapping[str, Any]) -> dict[str, str]:
 
 
 def environment(
-    template: Mapping[str, Any], logical_id: str, names: Mapping[str, str]
+    template: Mapping[str, Any],
+    logical_id: str,
+    names: Mapping[str, str],
+    region: str = "us-east-1",
 ) -> dict[str, str]:
-    """The function's environment as strings, resolved against local names and defaults."""
+    """The function's environment as strings, resolved against local names and defaults in
+    ``region`` (the stack's: local mode's is us-east-1 unless it runs several)."""
     parameters = parameter_defaults(template)
-    chosen = conditions(template, parameters)
+    chosen = conditions(template, parameters | {"AWS::Region": region})
     spec = function(template, logical_id)
     values = {
         key: resolve(value, names, parameters, chosen) for key, value in spec.environment.items()

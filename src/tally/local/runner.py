@@ -58,7 +58,7 @@ def invoker(
     template = template or load_template(template_path())
     spec = function(template, logical_id)
     values = (
-        environment(template, logical_id, stack.names())
+        environment(template, logical_id, stack.names(), stack.region)
         | stack_record.env(stack)
         | LOCAL_ENVIRONMENT
         | {"AWS_REGION": stack.region}  # as Lambda sets it
@@ -113,7 +113,9 @@ def pump(
     load_rules(rules_file or stack_record.env(stack)["RULES_FILE"])
     settings = MappingSettings.from_template(template, parallelization=parallelization)
     schedule = RecheckSchedule()
-    carry = environment(template, "ReconcilerFunction", stack.names()).get("CARRY_SECONDS")
+    carry = environment(template, "ReconcilerFunction", stack.names(), stack.region).get(
+        "CARRY_SECONDS"
+    )
     names = stack.names()
     reader = StreamReader(
         stack.client("dynamodbstreams"),

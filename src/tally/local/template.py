@@ -107,15 +107,32 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
 
 
 def conditions(template: Mapping[str, Any], parameters: Mapping[str, str]) -> dict[str, bool]:
-    """The template's Conditions, evaluated against the parameter values."""
+    """The template's Conditions, evaluated against the parameter values (a pseudo parameter,
+    ``AWS::Region``, among them if a condition reads it)."""
     raw: Mapping[str, Any] = template.get("Conditions", {})
+    lists = {
+        name
+        for name, spec in template.get("Parameters", {}).items()
+        if spec.get("Type") == "CommaDelimitedList"
+    }
     done: dict[str, bool] = {}
 
     def operand(node: Any) -> Any:
         if isinstance(node, Mapping) and set(node) == {"Ref"} and node["Ref"] in parameters:
-            return parameters[node["Ref"]]
+            value = parameters[node["Ref"]]
+            return value.split(",") if node["Ref"] in lists else value
         if isinstance(node, str | int | float | bool):
             return str(node)
+        if isinstance(node, list):
+            return [operand(item) for item in node]
+        if isinstance(node, Mapping) and len(node) == 1:
+            ((function, args),) = node.items()
+            if function == "Fn::Join":
+                return str(args[0]).join(operand(args[1]))
+            if function == "Fn::Split":
+                return str(operand(args[1])).split(str(args[0]))
+            if function == "Fn::Select":
+                return operand(args[1])[int(operand(args[0]))]
         raise ValueError(f"condition operand {node!r} cannot be evaluated locally")
 
     def evaluate(node: Any) -> bool:

@@ -75,7 +75,13 @@ def test_short_form_tags_become_long_form(tmp_path: Path) -> None:
 def test_repo_template_loads_with_intrinsics() -> None:
     template = load_template(template_path())
 
-    table_name = {"Fn::If": ["CreateTable", {"Ref": "Table"}, {"Ref": "ExistingTableName"}]}
+    table_name = {
+        "Fn::If": [
+            "CreateTable",
+            {"Ref": "Table"},
+            {"Fn::If": ["CreateGlobalTable", {"Ref": "GlobalTable"}, {"Ref": "ExistingTableName"}]},
+        ]
+    }
     assert template["Outputs"]["TableName"]["Value"] == table_name
     variables = template["Globals"]["Function"]["Environment"]["Variables"]
     assert variables["TABLE_NAME"] == table_name

@@ -89,9 +89,14 @@ def test_one_schedule_runs_the_audit_whatever_the_engine() -> None:
     )
     assert machine["ScheduleExpression"] == function["ScheduleExpression"]
     assert function["ScheduleExpression"] == {"Ref": "AuditSchedule"}
-    # Exactly one of the two is enabled: the function alone when the engine is scan.
-    assert function["State"] == {"Fn::If": ["AuditScansOnly", "ENABLED", "DISABLED"]}
-    assert machine["State"] == {"Fn::If": ["AuditScansOnly", "DISABLED", "ENABLED"]}
+    # Exactly one of the two is enabled: the function alone when the engine is scan; neither
+    # outside a Global Table's home Region.
+    assert function["State"] == {
+        "Fn::If": ["AuditsHere", {"Fn::If": ["AuditScansOnly", "ENABLED", "DISABLED"]}, "DISABLED"]
+    }
+    assert machine["State"] == {
+        "Fn::If": ["AuditsHere", {"Fn::If": ["AuditScansOnly", "DISABLED", "ENABLED"]}, "DISABLED"]
+    }
     assert TEMPLATE["Conditions"]["AuditScansOnly"] == {
         "Fn::Equals": [{"Ref": "AuditEngine"}, "scan"]
     }

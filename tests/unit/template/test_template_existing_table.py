@@ -40,7 +40,7 @@ def deployed(parameters: Mapping[str, str]) -> dict[str, Any]:
         copy.deepcopy(template), parameter_values=dict(parameters), get_managed_policy_map=dict
     )
     values = parameter_defaults(translated) | dict(parameters)
-    chosen = conditions(translated, values)
+    chosen = conditions(translated, values | {"AWS::Region": "us-east-1"})
     resources = {
         name: resolve(body, values, chosen)
         for name, body in translated["Resources"].items()

@@ -95,10 +95,17 @@ def test_the_reconciler_reads_only_this_tables_stream(translated: dict[str, Any]
     ]
     assert granted, "the reconciler's role cannot read the stream"
     # The example table's stream, or the streams of the existing table the stack is given.
+    # (or the Global Table's replica in the stack's Region, created by the home Region's stack).
     ours = ({"Fn::GetAtt": ["Table", "StreamArn"]}, {"Fn::Sub": "${Table.Arn}/stream/*"})
+    global_ = (
+        {"Fn::GetAtt": ["GlobalTable", "StreamArn"]},
+        {"Fn::Sub": "${GlobalTable.Arn}/stream/*"},
+    )
     for statement in granted:
-        condition, created, existing = statement["Resource"]["Fn::If"]
+        condition, created, otherwise = statement["Resource"]["Fn::If"]
         assert condition == "CreateTable" and created in ours, statement
+        condition, replica, existing = otherwise["Fn::If"]
+        assert condition == "CreateGlobalTable" and replica in global_, statement
         assert existing["Fn::Sub"].endswith(":table/${ExistingTableName}/stream/*"), statement
     # With its own role, the on-failure destination's send is the template's to grant.
     sends = [

@@ -184,7 +184,13 @@ def test_stream_mapping_retries_finitely_and_reports_failed_records() -> None:
         "Fn::If": [
             "CreateTable",
             {"Fn::GetAtt": ["Table", "StreamArn"]},
-            {"Ref": "ExistingTableStreamArn"},
+            {
+                "Fn::If": [
+                    "CreateGlobalTable",
+                    {"Fn::GetAtt": ["GlobalTable", "StreamArn"]},
+                    {"Ref": "ExistingTableStreamArn"},
+                ]
+            },
         ]
     }
     assert stream["BisectBatchOnFunctionError"] is True
