@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -101,6 +102,12 @@ def run(command: Callable[[], int]) -> int:
         return command()
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`tally alerts --json | head`): as a shell tool does, stop
+        # quietly, and keep Python from failing again on flushing the closed pipe at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as error:
         for kinds, code, message in _ERRORS:
             if isinstance(error, kinds):
