@@ -55,6 +55,7 @@ SLOWEST_FIRST = (
     "test_local_regions.py",
     "test_global_tables_emulator.py",
     "test_global_tables_losses.py",
+    "test_mrsc_writers.py",
     "test_events.py",
     "test_local_stack.py",
     "test_writer_api_refusals.py",

@@ -33,6 +33,7 @@ from tally.core.dynamodb import (
 from tally.rules import Key, RuleSet
 from tally.writers.errors import IdempotencyConflictError, InvalidRequestError
 from tally.writers.items import binary, utf8_length
+from tally.writers.mrsc import Consistency, StrongWrites, check_consistency
 from tally.writers.regional import stamped
 from tally.writers.transactions import new_token
 
@@ -185,7 +186,11 @@ class Guards:
 
 class GuardedWriter:
     """A writer of one table: its client, name and rules, the backoff between optimistic
-    rounds, and the guards of the idempotency keys its requests carry."""
+    rounds, and the guards of the idempotency keys its requests carry.
+
+    ``consistency="strong"``: the table is a multi-Region strongly consistent (MRSC) Global
+    Table, which refuses transactions; the writers then never send one (``tally.writers.mrsc``).
+    """
 
     def __init__(
         self,
@@ -195,6 +200,7 @@ class GuardedWriter:
         backoff: Backoff | None = None,
         *,
         region: str | None = None,
+        consistency: Consistency = "eventual",
     ):
         self.client = client
         self.table_name = table_name
@@ -206,9 +212,15 @@ class GuardedWriter:
         # On a multi-Region table, the Region this writer writes in: every write then leaves
         # the evidence ``tally.core.regions`` names. None: a single-Region table, as ever.
         self.region = region
+        self.consistency = check_consistency(consistency)
+        self.strong: StrongWrites | None = None
+        if consistency == "strong":
+            self.strong = StrongWrites(client, table_name, rules.table, self.backoff, region)
 
     def _transact(self, actions: list[dict[str, Any]], token: str | None) -> Committed:
         """Commit the actions (stamped with this writer's Region, if it has one)."""
+        if self.strong is not None:
+            raise RuntimeError("a writer of an MRSC table never sends a transaction")
         if self.region is not None:
             actions = stamped(actions, self.region)
         return transact(self.client, actions, token, self.backoff)

@@ -22,15 +22,15 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Literal, cast
 
-from botocore.exceptions import ClientError
-
+import tally.writers.mrsc_sequences as mrsc_sequences
 from tally.core.dynamodb import Cancelled, Names, deserialize, serialize
 from tally.rules import CollectionMembers, IndexMembers, Key
 from tally.writers.allocations import AllocationRequest, Strategy, allocation_request
 from tally.writers.errors import CounterBehindError, InvalidCounterError
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.items import LARGEST
-from tally.writers.regional import stamped_update
+from tally.writers.mrsc import refuse_marks
+from tally.writers.mrsc_sequences import update_counter
 from tally.writers.reserved import refuse_regional
 from tally.writers.transactions import (
     REVISION_LIMIT,
@@ -91,6 +91,9 @@ class SequenceAllocator(GuardedWriter):
         )
         if self.region is not None:
             refuse_regional(request.attributes, ("attributes",))
+        if self.strong is not None:
+            mrsc_sequences.refuse(request, strategy, idempotency_key)
+            refuse_marks(request.attributes, ("attributes",))
         keyed = self.guards.request(
             idempotency_key,
             "allocate",
@@ -139,33 +142,26 @@ class SequenceAllocator(GuardedWriter):
                 f"(attribute_not_exists({marker}) OR {marker} <> :call)",
                 *revision,
             ]
-            try:
-                update = {
-                    "TableName": self.table_name,
-                    "Key": self._key(request.counter_key),
-                    "UpdateExpression": f"ADD {', '.join(adds)} SET {marker} = :call",
-                    "ConditionExpression": " AND ".join(condition),
-                    "ExpressionAttributeNames": names.expression_names,
-                    "ExpressionAttributeValues": serialize(values | revision_values | window),
-                    "ReturnValues": "UPDATED_NEW",
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
-                if self.region is not None:
-                    update = stamped_update(update, self.region)
-                response = self.client.update_item(**update)
-                counted = read_item(response["Attributes"]) or {}
-            except ClientError as error:
-                if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                    raise
-                counted = read_item(_item_of(error)) or {}
-                if counted.get(ALLOCATION_MARKER) != call:
-                    # Moved past the window, or to something a writer cannot build on.
-                    current = self._counter_value(request, counted)
-                    continue
-                # Our increment committed and its response was lost: the resend found our marker.
+            update = {
+                "TableName": self.table_name,
+                "Key": self._key(request.counter_key),
+                "UpdateExpression": f"ADD {', '.join(adds)} SET {marker} = :call",
+                "ConditionExpression": " AND ".join(condition),
+                "ExpressionAttributeNames": names.expression_names,
+                "ExpressionAttributeValues": serialize(values | revision_values | window),
+                "ReturnValues": "UPDATED_NEW",
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+            sent = update_counter(self.client, self.region, self.strong, update)
+            counted = sent.item or {}
+            if not sent.ok and counted.get(ALLOCATION_MARKER) != call:
+                # Moved past the window, or to something a writer cannot build on.
+                current = self._counter_value(request, counted)
+                continue
+            # Ours: committed now, or earlier with its answer lost (the resend found our marker).
             last = self._counter_value(request, counted, taken=True)
             numbers = tuple(range(last - request.count + 1, last + 1))
-            return self._put_members(request, numbers)
+            return self._put_members(request, numbers, call)
         raise RuntimeError(
             f"counter {request.counter_key} stayed contended for {self.backoff.rounds} rounds"
         )
@@ -177,13 +173,21 @@ class SequenceAllocator(GuardedWriter):
         top = min(current + _WINDOW - 1, int(LARGEST) - request.count)
         return {f":w{i}": Decimal(n) for i, n in enumerate(range(current, top + 1))}
 
-    def _put_members(self, request: AllocationRequest, numbers: tuple[int, ...]) -> Allocation:
+    def _put_members(
+        self, request: AllocationRequest, numbers: tuple[int, ...], call: str
+    ) -> Allocation:
         """Second step of ``atomic``; a crash before it ends leaves the numbers as gaps.
 
         A one-item transaction rather than a PutItem: its token makes botocore's resend after a
-        lost response a replay, where a conditional put would find its own member.
+        lost response a replay, where a conditional put would find its own member. On MRSC a
+        PutItem carrying the call's token, which a resend finds.
         """
         members = [request.member(self.rules.table, number) for number in numbers]
+        if self.strong is not None:
+            put = self.strong.put_new(members[0], call)
+            if not put.ok:
+                return self._existing(request, put.item or {}, numbers[0], wasted=numbers)
+            return Allocation(numbers, (self.rules.key_of(members[0]),))
         writes = [self._put_absent(member) for member in members]
         writes += self._guard(request, "allocated", numbers, members)
         try:
@@ -200,6 +204,16 @@ class SequenceAllocator(GuardedWriter):
 
     def _gapless(self, request: AllocationRequest) -> Allocation:
         rule = request.rule
+        if self.strong is not None:
+            done = mrsc_sequences.gapless(
+                self.strong,
+                request,
+                lambda: self._read_counter(request),
+                lambda old, new: self._advance(request, old, new),
+                new_token(),
+            )
+            number, member, lost = done
+            return Allocation((number,), (self.rules.key_of(member),), retries=lost)
         current = self._read_counter(request)
         for attempt in retrying(self.backoff):
             numbers = tuple(range(current + 1, current + request.count + 1))
@@ -366,6 +380,14 @@ class SequenceAllocator(GuardedWriter):
             }
         }
 
+    def _advance(self, request: AllocationRequest, old: int, new: int) -> dict[str, Any]:
+        """The counter's ``SET`` from ``old`` to ``new`` (MRSC's ``gapless``), as an UpdateItem."""
+        names = Names.of(request.rule.counter, request.rule.revision)
+        counter = names[request.rule.counter]
+        fenced = f"{counter} = :old" + (f" OR attribute_not_exists({counter})" if old == 0 else "")
+        values = {":old": Decimal(old), ":new": Decimal(new)}
+        return dict(self._set_counter(request, names, ":new", fenced, values)["Update"])
+
     def _put_absent(self, member: Mapping[str, Any]) -> dict[str, Any]:
         return self._on_key("Put", member, ReturnValuesOnConditionCheckFailure="ALL_OLD")
 
@@ -415,8 +437,3 @@ class SequenceAllocator(GuardedWriter):
         self.guards.answer(keyed, record)
         outcome = cast(Literal["allocated", "already_present"], record.outcome)
         return Allocation(record.numbers, record.member_keys, outcome, replayed=True)
-
-
-def _item_of(error: ClientError) -> dict[str, Any]:
-    """The item a failed condition returned (ALL_OLD), serialized."""
-    return cast(dict[str, Any], error.response.get("Item") or {})

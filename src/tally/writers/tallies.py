@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 
 import tally.writers.indexed as indexed
 import tally.writers.items as items
+import tally.writers.mrsc_tallies as mrsc_tallies
 import tally.writers.stamps as stamps
 from tally.core.dynamodb import (
     Cancelled,
@@ -36,6 +37,7 @@ from tally.writers.errors import (
 )
 from tally.writers.fenced import fenced_writes, within_domain
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
+from tally.writers.mrsc import refuse_marks
 from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
 from tally.writers.reserved import refuse_regional, refuse_reserved, reserved_attributes
 from tally.writers.transactions import (
@@ -80,7 +82,8 @@ class _Write:
 
 
 class TallyWriter(GuardedWriter):
-    """Adds, removes and changes children of count and sum rules, one transaction each."""
+    """Adds, removes and changes children of count and sum rules, one transaction each (on an
+    MRSC table, ``consistency="strong"``: the child's write, then the counter's)."""
 
     def add_child(
         self,
@@ -96,6 +99,8 @@ class TallyWriter(GuardedWriter):
         match = self._match(key)
         rule = match.rule
         assert isinstance(rule, TallyRule)
+        if self.strong is not None:
+            mrsc_tallies.refuse(rule, idempotency_key)
         item = self._child_item(rule, key, attributes or {})
         parent_key = match.parent_key
         if rule.through is not None:
@@ -106,6 +111,8 @@ class TallyWriter(GuardedWriter):
         delta = item[rule.summed] if isinstance(rule, SumRule) else Decimal(1)
         child = self._on_key("Put", item)
         amount = ("attributes", rule.summed) if isinstance(rule, SumRule) else None
+        if self.strong is not None:
+            return _done(mrsc_tallies.add(self.strong, rule, parent_key, item, delta, amount))
         try:
             return self._commit(write, child, [(parent_key, delta)], amount)
         except Cancelled as cancelled:
@@ -118,6 +125,9 @@ class TallyWriter(GuardedWriter):
         match = self._match(key)
         rule = match.rule
         assert isinstance(rule, TallyRule)
+        if self.strong is not None:
+            mrsc_tallies.refuse(rule, idempotency_key)
+            return _done(mrsc_tallies.remove(self.strong, rule, dict(key), match.parent_key))
         keyed = self.guards.request(idempotency_key, "remove", key)
         write = _Write("remove", dict(key), match.parent_key, rule, keyed)
         if isinstance(rule, SumRule) or rule.through is not None:
@@ -140,6 +150,9 @@ class TallyWriter(GuardedWriter):
                 f"rule {rule.name!r} is a {rule.kind} rule: only sum children have amounts",
             )
         new = in_domain(amount, rule, ("amount",))
+        if self.strong is not None:
+            mrsc_tallies.refuse(rule, idempotency_key)
+            return _done(mrsc_tallies.change(self.strong, rule, dict(key), match.parent_key, new))
         keyed = self.guards.request(idempotency_key, "change", key, new)
         write = _Write("change", dict(key), match.parent_key, rule, keyed, new)
         return self._read_and_write(write, ("amount",))
@@ -164,6 +177,8 @@ class TallyWriter(GuardedWriter):
                 f"rule {rule.name!r} counts the children of its parent's item collection: "
                 "only a child found through an index ('through') moves between parents",
             )
+        if self.strong is not None:
+            mrsc_tallies.refuse(rule, idempotency_key)
         moves = indexed.index_values(rule, self._keys, attributes, ("attributes",))
         keyed = self.guards.request(idempotency_key, "move", key, moves)
         write = _Write("move", dict(key), match.parent_key, rule, keyed, index=moves)
@@ -199,6 +214,8 @@ class TallyWriter(GuardedWriter):
         refuse_reserved(values, reserved_attributes(self.rules, rule), field)
         if self.region is not None:
             refuse_regional(values, field)
+        if self.strong is not None:
+            refuse_marks(values, field)
         if isinstance(rule, SumRule):
             amount: Field = (*field, rule.summed)
             if rule.summed not in values:
@@ -345,6 +362,11 @@ class TallyWriter(GuardedWriter):
             TableName=self.table_name, Key=self._key(key), ConsistentRead=True
         )
         return read_item(response.get("Item"))
+
+
+def _done(done: mrsc_tallies.Done) -> WriteResult:
+    outcome, sends = done
+    return WriteResult(cast(Outcome, outcome), attempts=max(sends, 1))
 
 
 def in_domain(value: Any, rule: SumRule, field: Field) -> Decimal:
