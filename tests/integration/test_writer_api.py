@@ -137,6 +137,25 @@ def test_add_child_of_a_missing_parent_writes_nothing(call, dynamodb, table_name
     assert get(dynamodb, table_name, POST) is None
 
 
+def test_a_write_to_a_parent_homed_in_another_region_is_a_conflict_naming_its_home(
+    monkeypatch: pytest.MonkeyPatch, call, dynamodb, table_name
+) -> None:
+    monkeypatch.setenv("GLOBAL_REGIONS", "us-east-1,eu-west-1")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    tally.core.settings.settings.cache_clear()
+    writer_api._writers.cache_clear()
+    put(dynamodb, table_name, {**POST, "likeTally": 0, "tallyHome": "us-east-1"})
+    status, body = call("POST", "/children", {"key": LIKE})
+    assert (status, body["conflict"], body["home"], body["key"]) == (
+        409,
+        "homed_elsewhere",
+        "us-east-1",
+        POST,
+    )
+    assert get(dynamodb, table_name, LIKE) is None
+    assert like_tally(dynamodb, table_name) == 0
+
+
 def refused(response: tuple[int, dict[str, Any]], *loc: Any) -> dict[str, Any]:
     """The 422's first error, after checking it names ``loc`` (the field)."""
     status, body = response

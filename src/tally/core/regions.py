@@ -8,6 +8,10 @@ from its own stream, that a write of its own was overwritten by last-writer-wins
   counters, in this version's history. A version from another Region that replaces one of
   ours and holds fewer of ours lost the difference.
 
+- ``tallyHome`` on a parent or sequence counter (set by the team, not the writers): the one
+  Region whose writers may change it. A writer in another Region is refused before anything
+  is written, so its increments and numbers cannot race another Region's (prevention).
+
 A single-Region table never carries them: the writers stamp only when given a Region.
 """
 
@@ -19,6 +23,7 @@ from typing import Any
 
 ORIGIN = "tallyOrigin"
 CHILD_ID = "tallyChildId"
+HOME = "tallyHome"
 _WRITES = "tallyWrites@"
 
 
@@ -53,4 +58,4 @@ def created_in(child_id: object) -> str | None:
 def is_regional(name: str) -> bool:
     """Whether an attribute is one of these (kept out of a child's payload and a user's
     attributes)."""
-    return name in (ORIGIN, CHILD_ID) or name.startswith(_WRITES)
+    return name in (ORIGIN, CHILD_ID, HOME) or name.startswith(_WRITES)

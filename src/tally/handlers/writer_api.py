@@ -14,7 +14,8 @@ for its content is a 422 naming the field: ``{"statusCode": 422, "detail": [{"lo
 4 KB (long names and messages are cut, marked). The ``Idempotency-Key`` header (1..255
 characters) makes a request safe to repeat: the same key and body answer the first outcome
 with ``"replayed": true``; the same key with another body is a 422 on the header; a key
-whose write has since been undone is a 409. docs/writers.md states the contract.
+whose write has since been undone is a 409. On a Global Table, a write to a parent homed in
+another Region (``tallyHome``) is a 409 naming ``home``. docs/writers.md states the contract.
 """
 
 # No `from __future__ import annotations`: Powertools reads the routes' parameter types at
@@ -50,6 +51,7 @@ from tally.writers import (
     IdempotencyConflictError,
     InvalidCounterError,
     InvalidRequestError,
+    ParentHomedElsewhereError,
     ParentNotFoundError,
     SequenceAllocator,
     TallyWriter,
@@ -214,7 +216,8 @@ _REFUSED: OpenAPIResponse = {"description": "Refused; `detail` names each field 
 _CHILD_RESPONSES: dict[int, OpenAPIResponse] = {
     404: {"description": "The parent does not exist, or (remove, change) the child does not."},
     409: {
-        "description": "Already present, an invalid counter or stored amount, or a superseded key."
+        "description": "Already present, an invalid counter or stored amount, a superseded "
+        "key, or (a Global Table) a parent homed in another Region (`home` names it)."
     },
     422: _REFUSED,
 }
@@ -262,7 +265,10 @@ def move_child(body: MoveChild, idempotency_key: IdempotencyKey = None) -> Respo
     summary="Hand out sequence numbers and write their members",
     responses={
         201: {"description": "Allocated (or replayed)."},
-        409: {"description": "The natural key exists already, or the counter is behind."},
+        409: {
+            "description": "The natural key exists already, the counter is behind, or (a "
+            "Global Table) the counter is homed in another Region (`home` names it)."
+        },
         422: _REFUSED,
     },
 )
@@ -323,6 +329,19 @@ def _idempotency_conflict(error: IdempotencyConflictError) -> Response[str]:
 @app.exception_handler(ParentNotFoundError)
 def _parent_missing(error: ParentNotFoundError) -> Response[str]:
     return _json(404, {"error": str(error), "key": error.key})
+
+
+@app.exception_handler(ParentHomedElsewhereError)
+def _homed_elsewhere(error: ParentHomedElsewhereError) -> Response[str]:
+    # Not the client's mistake, nor a fault: this Region may not change that parent; the
+    # caller sends the write to the writer API of ``home`` (docs/global-tables.md).
+    body = {
+        "error": str(error),
+        "conflict": "homed_elsewhere",
+        "home": error.home,
+        "key": error.key,
+    }
+    return _json(409, body)
 
 
 @app.exception_handler(InvalidCounterError)

@@ -5,6 +5,7 @@ from tally.writers.errors import (
     IdempotencyConflictError,
     InvalidCounterError,
     InvalidRequestError,
+    ParentHomedElsewhereError,
     ParentNotFoundError,
     TransactionFailedError,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "IdempotencyConflictError",
     "InvalidCounterError",
     "InvalidRequestError",
+    "ParentHomedElsewhereError",
     "ParentNotFoundError",
     "SequenceAllocator",
     "Strategy",

@@ -13,6 +13,7 @@ __all__ = [
     "IdempotencyConflictError",
     "InvalidCounterError",
     "InvalidRequestError",
+    "ParentHomedElsewhereError",
     "ParentNotFoundError",
     "TransactionFailedError",
 ]
@@ -24,6 +25,20 @@ class ParentNotFoundError(LookupError):
     def __init__(self, key: Mapping[str, str]):
         super().__init__(f"parent item {dict(key)} does not exist")
         self.key = dict(key)
+
+
+class ParentHomedElsewhereError(RuntimeError):
+    """On a Global Table, the parent (or sequence counter) names another Region as its home
+    (``tallyHome``): only writers there may change it. Nothing was written; send the write
+    to ``home``."""
+
+    def __init__(self, key: Mapping[str, Any], home: str, region: str):
+        super().__init__(
+            f"item {dict(key)} is homed in {home}: write it there (this writer writes in {region})"
+        )
+        self.key = dict(key)
+        self.home = home
+        self.region = region
 
 
 class InvalidCounterError(ValueError):

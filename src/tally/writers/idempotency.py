@@ -31,10 +31,14 @@ from tally.core.dynamodb import (
     transact,
 )
 from tally.rules import Key, RuleSet
-from tally.writers.errors import IdempotencyConflictError, InvalidRequestError
+from tally.writers.errors import (
+    IdempotencyConflictError,
+    InvalidRequestError,
+    ParentHomedElsewhereError,
+)
 from tally.writers.items import binary, utf8_length
 from tally.writers.mrsc import Consistency, StrongWrites, check_consistency
-from tally.writers.regional import stamped
+from tally.writers.regional import homed_elsewhere, stamped
 from tally.writers.transactions import new_token
 
 GUARD_PREFIX = "tallyIdempotency#"
@@ -221,9 +225,20 @@ class GuardedWriter:
         """Commit the actions (stamped with this writer's Region, if it has one)."""
         if self.strong is not None:
             raise RuntimeError("a writer of an MRSC table never sends a transaction")
-        if self.region is not None:
-            actions = stamped(actions, self.region)
-        return transact(self.client, actions, token, self.backoff)
+        if self.region is None:
+            return transact(self.client, actions, token, self.backoff)
+        actions = stamped(actions, self.region)
+        try:
+            return transact(self.client, actions, token, self.backoff)
+        except Cancelled as cancelled:
+            for index, action in enumerate(actions):
+                update = action.get("Update")
+                if update is None or not cancelled.failed(index):
+                    continue
+                if home := homed_elsewhere(cancelled.old_item(index), self.region):
+                    key = deserialize(update["Key"])
+                    raise ParentHomedElsewhereError(key, home, self.region) from None
+            raise
 
     def _key(self, item: Mapping[str, Any]) -> dict[str, Any]:
         """The item (or key) serialized, number key attributes as numbers."""

@@ -224,7 +224,7 @@ class StrongWrites:
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if self.region is not None:
-            put = stamped([{"Put": put}], self.region)[0]["Put"]
+            put = stamped([{"Put": put}], self.region, fence_home=False)[0]["Put"]
         sent = self.send("put_item", put, check)
         if not sent.ok and sent.item is not None and sent.item.get(MARK) == token:
             return Sent(True, None, sent.sends, True)
@@ -237,7 +237,7 @@ class StrongWrites:
     ) -> Sent:
         """An ``UpdateItem`` (a transaction's ``Update`` body), stamped."""
         if self.region is not None:
-            request = stamped_update(request, self.region)
+            request = stamped_update(request, self.region, fence_home=False)
         return self.send("update_item", {**request, "ReturnValues": "UPDATED_NEW"}, check)
 
     def delete(

@@ -24,11 +24,12 @@ from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
+from tally.core.dynamodb import deserialize
 from tally.rules import IndexMembers
 from tally.writers.allocations import AllocationRequest
-from tally.writers.errors import InvalidRequestError
+from tally.writers.errors import InvalidRequestError, ParentHomedElsewhereError
 from tally.writers.mrsc import CONFLICT, Sent, StrongWrites
-from tally.writers.regional import stamped_update
+from tally.writers.regional import homed_elsewhere, stamped_update
 from tally.writers.transactions import read_item, retrying
 
 
@@ -67,7 +68,10 @@ def update_counter(
     except ClientError as error:
         if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
             raise
-        return Sent(False, read_item(cast(dict[str, Any], error.response.get("Item"))), 1, False)
+        item = read_item(cast(dict[str, Any], error.response.get("Item")))
+        if region is not None and (home := homed_elsewhere(item, region)):
+            raise ParentHomedElsewhereError(deserialize(update["Key"]), home, region) from None
+        return Sent(False, item, 1, False)
     return Sent(True, read_item(response["Attributes"]), 1, False)
 
 

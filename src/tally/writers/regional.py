@@ -1,6 +1,7 @@
 """A writer's transaction on a multi-Region table, stamped with what ``tally.core.regions``
 names: the origin Region on every item written, an id on every child or member created, and
-on every parent's counter update one more of this Region's writes."""
+on every parent's counter update one more of this Region's writes; every update fenced on
+the item's home Region (``tallyHome``), where the item names one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tally.core.regions import CHILD_ID, ORIGIN, writes
+from tally.core.regions import CHILD_ID, HOME, ORIGIN, writes
 
 _CLAUSE = {name: re.compile(rf"(?<![#:\w.]){name}\b", re.IGNORECASE) for name in ("ADD", "SET")}
 
@@ -26,7 +27,11 @@ def _into_clause(expression: str, clause: str, assignment: str) -> str:
     return f"{expression} {clause} {assignment}".strip()
 
 
-def _stamp_update(update: Mapping[str, Any], region: str) -> dict[str, Any]:
+# Only the item's home Region, when it names one, may change it (``tally.core.regions.HOME``).
+_HOMED = "(attribute_not_exists(#tallyHome) OR #tallyHome = :tallyOrigin)"
+
+
+def _stamp_update(update: Mapping[str, Any], region: str, fence_home: bool) -> dict[str, Any]:
     out = dict(update)
     names = dict(out.get("ExpressionAttributeNames", {}))
     values = dict(out.get("ExpressionAttributeValues", {}))
@@ -45,7 +50,31 @@ def _stamp_update(update: Mapping[str, Any], region: str) -> dict[str, Any]:
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
     }
+    if fence_home:
+        names["#tallyHome"] = HOME
+        condition = out.get("ConditionExpression")
+        out["ConditionExpression"] = f"{grouped(condition)} AND {_HOMED}" if condition else _HOMED
+        out.setdefault("ReturnValuesOnConditionCheckFailure", "ALL_OLD")
     return out
+
+
+def grouped(condition: str) -> str:
+    """The condition as one operand of an AND: in parentheses, unless one pair already holds
+    all of it (DynamoDB refuses redundant parentheses)."""
+    condition = condition.strip()
+    depth = 0
+    for at, char in enumerate(condition):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            return condition if at == len(condition) - 1 and char == ")" else f"({condition})"
+    return f"({condition})"
+
+
+def homed_elsewhere(item: Mapping[str, Any] | None, region: str) -> str | None:
+    """The home Region an item refused this Region's write for, if that is why (the item as
+    its failed condition returned it, deserialized)."""
+    home = (item or {}).get(HOME)
+    return home if isinstance(home, str) and home != region else None
 
 
 def _creates(put: Mapping[str, Any]) -> bool:
@@ -56,8 +85,11 @@ def stamped(
     actions: Sequence[Mapping[str, Any]],
     region: str,
     child_id: Callable[[str], str] = new_child_id,
+    *,
+    fence_home: bool = True,
 ) -> list[dict[str, Any]]:
-    """A transaction's actions with this Region's stamps (deletes and checks as they are)."""
+    """A transaction's actions with this Region's stamps (deletes and checks as they are);
+    each update fenced on the item's home, if it names one, being this Region."""
     out: list[dict[str, Any]] = []
     for action in actions:
         [(kind, detail)] = action.items()
@@ -67,12 +99,14 @@ def stamped(
                 item[CHILD_ID] = {"S": child_id(region)}
             out.append({"Put": {**detail, "Item": item}})
         elif kind == "Update":
-            out.append({"Update": _stamp_update(detail, region)})
+            out.append({"Update": _stamp_update(detail, region, fence_home)})
         else:
             out.append(dict(action))
     return out
 
 
-def stamped_update(request: Mapping[str, Any], region: str) -> dict[str, Any]:
+def stamped_update(
+    request: Mapping[str, Any], region: str, *, fence_home: bool = True
+) -> dict[str, Any]:
     """An ``UpdateItem`` request (a counter's ADD outside a transaction) with the stamps."""
-    return _stamp_update(request, region)
+    return _stamp_update(request, region, fence_home)

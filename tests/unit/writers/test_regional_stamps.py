@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.regions import CHILD_ID, ORIGIN, writes
-from tally.writers.regional import stamped, stamped_update
+from tally.writers.regional import homed_elsewhere, stamped, stamped_update
 
 KEY = {"PK": {"S": "POST#1"}, "SK": {"S": "LIKE#1"}}
 PARENT = {"PK": {"S": "POST#1"}, "SK": {"S": "META"}}
@@ -54,7 +54,10 @@ def test_a_parents_counter_update_counts_one_more_write_of_this_region() -> None
         "ADD #tallyWrites :tallyOne, #c :delta, #r :one SET #tallyOrigin = :tallyOrigin"
     )
     assert update["ExpressionAttributeNames"]["#tallyWrites"] == writes("us-east-1")
-    assert update["ConditionExpression"] == "attribute_exists(#pk)"
+    assert update["ConditionExpression"] == (
+        "(attribute_exists(#pk)) AND "
+        "(attribute_not_exists(#tallyHome) OR #tallyHome = :tallyOrigin)"
+    )
 
 
 def test_an_update_with_its_own_set_clause_gets_the_origin_in_it() -> None:
@@ -97,3 +100,64 @@ def test_the_writers_parent_update_is_the_one_recognised_by_its_delta() -> None:
     update = real_update("t", {"PK": "POST#1", "SK": "META"}, rule, Decimal(1), rules.table)  # type: ignore[arg-type]
     [out] = stamped([update], "eu-west-1")
     assert "#tallyWrites :tallyOne" in out["Update"]["UpdateExpression"]
+
+
+# --- the home fence ------------------------------------------------------------------------
+
+
+def _enclosed(condition: str) -> bool:
+    depth = 0
+    for at, char in enumerate(condition):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and at < len(condition) - 1:
+            return False
+    return condition.startswith("(")
+
+
+operands = st.sampled_from(["#a = :a", "attribute_exists(#pk)", "#n BETWEEN :l AND :h"])
+conditions = st.recursive(
+    operands,
+    lambda inner: st.one_of(
+        st.builds(lambda c: c if _enclosed(c) else f"({c})", inner),  # never "((c))"
+        st.builds(lambda a, op, b: f"{a} {op} {b}", inner, st.sampled_from(["AND", "OR"]), inner),
+    ),
+    max_leaves=6,
+)
+
+
+@given(conditions)
+def test_a_fenced_condition_keeps_its_meaning_and_never_doubles_parentheses(condition: str) -> None:
+    fenced = stamped_update(
+        {"UpdateExpression": "SET #a = :a", "ConditionExpression": condition}, "eu-west-1"
+    )
+    expression = fenced["ConditionExpression"]
+    first, _, fence = expression.rpartition(" AND ")
+    assert fence == "(attribute_not_exists(#tallyHome) OR #tallyHome = :tallyOrigin)"
+    assert _enclosed(first) and first.strip("()") == condition.strip("()")
+    assert not (first.startswith("((") and _enclosed(first[1:-1]))  # redundant: refused
+    assert first == (condition if _enclosed(condition) else f"({condition})")
+    assert fenced["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
+    assert fenced["ExpressionAttributeNames"]["#tallyHome"] == "tallyHome"
+
+
+def test_an_update_without_a_condition_gets_the_fence_alone_and_mrsc_none() -> None:
+    fenced = stamped_update({"UpdateExpression": "ADD #c :delta"}, "us-east-1")
+    assert fenced["ConditionExpression"].startswith("(attribute_not_exists(#tallyHome)")
+    plain = stamped_update({"UpdateExpression": "ADD #c :delta"}, "us-east-1", fence_home=False)
+    assert (
+        "ConditionExpression" not in plain and "#tallyHome" not in plain["ExpressionAttributeNames"]
+    )
+
+
+@given(
+    st.one_of(
+        st.none(),
+        st.dictionaries(
+            st.sampled_from(["tallyHome", "x"]), st.one_of(st.text(max_size=12), st.integers())
+        ),
+    )
+)
+def test_only_another_regions_name_in_the_home_is_a_refusal(item: dict[str, Any] | None) -> None:
+    home = (item or {}).get("tallyHome")
+    expected = home if isinstance(home, str) and home != "eu-west-1" else None
+    assert homed_elsewhere(item, "eu-west-1") == expected
