@@ -448,6 +448,42 @@ def test_mrsc_refuses_transactions_and_ttl(strong: GlobalTable) -> None:
     assert strong.item(US, LIKE) is None
 
 
+def test_mrsc_runs_a_transaction_on_regional_tables_only_and_refuses_one_that_touches_it(
+    strong: GlobalTable,
+) -> None:
+    """A table of the Region's own (an audit table: never replicated) takes transactions on an
+    MRSC stack; a transaction that also names the MRSC table is refused whole."""
+    dynamodb = strong.clients[EU]
+    regional = f"{strong.name}-audit"
+    dynamodb.create_table(
+        TableName=regional,
+        KeySchema=[{"AttributeName": "PK", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "PK", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    first, second = {"PK": {"S": "LOG#1"}}, {"PK": {"S": "LOG#2"}}
+    dynamodb.transact_write_items(
+        TransactItems=[{"Put": {"TableName": regional, "Item": i}} for i in (first, second)]
+    )
+    read = dynamodb.transact_get_items(
+        TransactItems=[{"Get": {"TableName": regional, "Key": first}}]
+    )
+    assert read["Responses"] == [{"Item": first}]
+    dynamodb.execute_transaction(
+        TransactStatements=[{"Statement": f"INSERT INTO \"{regional}\" VALUE {{'PK': 'LOG#3'}}"}]
+    )
+    with pytest.raises(ClientError, match=r"ValidationException.*Transactions are not supported"):
+        dynamodb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": regional, "Item": {"PK": {"S": "LOG#4"}}}},
+                {"Put": {"TableName": strong.name, "Item": wire(LIKE)}},
+            ]
+        )
+    held = dynamodb.scan(TableName=regional, ConsistentRead=True)["Items"]
+    assert sorted(i["PK"]["S"] for i in held) == ["LOG#1", "LOG#2", "LOG#3"]
+    assert strong.item(US, LIKE) is None
+
+
 def test_mrsc_a_write_racing_another_regions_write_to_the_item_is_refused(
     databases: dict[str, str], request: pytest.FixtureRequest
 ) -> None:

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tally.local.stack_record import LocalStack, load
+from tally.local.stack_record import env as functions_env
 from tests.integration.test_cli import clean_env, tally
 
 TWO = "us-east-1,eu-west-1"
@@ -277,6 +278,13 @@ def test_the_strongly_consistent_profile_runs_three_regions_on_one_database(
             client(sydney).transact_write_items(
                 TransactItems=[{"Put": {"TableName": sydney.table_name, "Item": POST}}]
             )
+        # Each Region's functions repair without a transaction on the table (its audit
+        # table's transactions run).
+        assert {functions_env(r)["GLOBAL_CONSISTENCY"] for r in records} == {"strong"}
+        audit = {"PK": {"S": "LOG#1"}, "SK": {"S": "LOG"}}
+        client(sydney).transact_write_items(
+            TransactItems=[{"Put": {"TableName": sydney.audit_table_name, "Item": audit}}]
+        )
     finally:
         tally("local", "down", env=env)
     assert stack is not None and all(gone(pid) for pid in pids(stack))

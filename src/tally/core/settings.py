@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -48,17 +49,24 @@ class Settings(BaseModel):
     # A Global Table (docs/global-tables.md): its Regions, comma-separated (unset: a
     # single-Region table, as ever); this function's Region (Lambda sets AWS_REGION); the
     # Region that judges every parent (default the first listed); how long replication is
-    # given to settle before an imbalance is evidence; and after how many repairs in 24 h a
+    # given to settle before an imbalance is evidence; whether the table is MREC ("eventual")
+    # or MRSC ("strong": no transaction may touch it, so a repair writes the counter alone and
+    # its audit items apart, docs/verification.md); and after how many repairs in 24 h a
     # parent written from several Regions is escalated as contended instead of repaired.
     global_regions: str | None = Field(default=None, alias="GLOBAL_REGIONS")
     aws_region: str | None = Field(default=None, alias="AWS_REGION")
     home_region: str | None = Field(default=None, alias="HOME_REGION")
     settle_seconds: int = Field(default=60, ge=1, le=900, alias="SETTLE_SECONDS")
     contended_after_repairs: int = Field(default=3, ge=1, le=1000, alias="CONTENDED_AFTER_REPAIRS")
+    global_consistency: Literal["eventual", "strong"] = Field(
+        default="eventual", alias="GLOBAL_CONSISTENCY"
+    )
 
     @model_validator(mode="after")
     def _one_of_the_regions(self) -> Settings:
         if not self.global_regions:
+            if self.global_consistency == "strong":
+                raise ValueError("GLOBAL_CONSISTENCY=strong: a Global Table, set GLOBAL_REGIONS")
             return self
         regions = [r.strip() for r in self.global_regions.split(",") if r.strip()]
         if len(set(regions)) < 2 or len(set(regions)) != len(regions):

@@ -88,6 +88,7 @@ class Replication:
         return {
             "GLOBAL_REGIONS": ",".join(self.regions),
             "SETTLE_SECONDS": str(self.settle_seconds()),
+            "GLOBAL_CONSISTENCY": self.consistency,
         }
 
     def describe(self) -> str:

@@ -43,8 +43,14 @@ def global_mode() -> GlobalMode | None:
         return None
     assert env.aws_region is not None  # the settings checked it is one of them
     home = env.home_region or regions[0]
+    strong = env.global_consistency == "strong"
     return GlobalMode(
-        env.aws_region, tuple(regions), home, env.settle_seconds, env.contended_after_repairs
+        env.aws_region,
+        tuple(regions),
+        home,
+        env.settle_seconds,
+        env.contended_after_repairs,
+        strong,
     )
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from tally.reconciler.checks.batches import CollectionRunner, Deadline, confirm_own_writes
 from tally.reconciler.checks.carry_book import CarryBook, CarryId
 from tally.reconciler.checks.counts import Counts
@@ -32,6 +34,7 @@ from tally.reconciler.report.reporter import Reporter
 from tally.reconciler.report.scheduling import PendingLooks, Scheduler, Settle
 from tally.reconciler.stats import Stats, StatsBook
 from tally.reconciler.store.parts import Store
+from tally.reconciler.stream.changes import Claim
 from tally.reconciler.stream.grouping import group_records
 from tally.reconciler.table.tally_table import TallyTable
 from tally.rules import AnyRule, Key, RuleSet, SequenceRule, TallyRule
@@ -85,7 +88,10 @@ class Reconciler:
             switches=None if policy.switches is None else policy.switches.as_json(),
         )
         followups = Followups(reporter, scheduler)
-        repairer = Repairer(table.writes, log, standing, outbox, policy, reporter)
+        apart = regions is not None and regions.strong
+        repairer = self._repairer = Repairer(
+            table.writes, log, standing, outbox, policy, reporter, apart=apart
+        )
         counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
         home = regions is not None and regions.at_home
         contention = Contention(regions, log, table.parents) if regions and home else None
@@ -158,16 +164,33 @@ class Reconciler:
         stats.skipped += batch.skipped
         stats.malformed += len(batch.malformed)
         concurrency = self._runner.concurrency
-        confirm_own_writes(batch, self.rules, self.store.log, self._book, deadline, concurrency)
+        own = confirm_own_writes(
+            batch, self.rules, self.store.log, self._book, deadline, concurrency
+        )
+        finished, unfinished = self._finish_repairs(own)
         collections = item_collections(
             (g for g in batch.groups.values() if g.rule.repair != "off"),
             self.rules.table.partition_key,
         )
         verify, needs_no_table = self._groups.verify, self._groups.needs_no_table
         failed, alerts_pending = self._runner.run(collections, verify, needs_no_table, deadline)
-        if alerts_pending and not (deadline is not None and deadline.near()):
+        if (alerts_pending or finished) and not (deadline is not None and deadline.near()):
             self.flush_alerts()
-        return sorted(failed, key=int)
+        return sorted(failed + unfinished, key=int)
+
+    def _finish_repairs(self, own: list[Claim]) -> tuple[bool, list[str]]:
+        """A repair written apart (MRSC) that did not live to log itself is finished by its
+        write's record: whether any was, and the records to retry whose finish failed."""
+        if not self._repairer.apart:
+            return False, []
+        finished, unfinished = False, []
+        for claim in own:
+            try:
+                finished |= self._repairer.finish_claimed(claim.marker)
+            except ClientError as error:
+                self._book().errors.append(f"finish {claim.marker}: {error}")
+                unfinished.append(claim.sequence_number)
+        return finished, unfinished
 
     def recheck(self, recheck: Recheck) -> None:
         """The authoritative check of one parent or sequence, after its grace period."""

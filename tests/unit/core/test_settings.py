@@ -42,3 +42,32 @@ def test_a_malformed_variable_is_named_without_its_value(budget: str) -> None:
 def test_require_names_the_variable() -> None:
     with pytest.raises(SettingsError, match=r"^environment variable ALERT_TOPIC_ARN is not set$"):
         Settings.model_validate({"TABLE_NAME": "tally-table"}).require("alert_topic_arn")
+
+
+def test_a_strongly_consistent_global_table_is_a_setting_of_a_global_table_only() -> None:
+    from tally.reconciler import runtime
+
+    base = {"TABLE_NAME": "tally-table", "AWS_REGION": "eu-west-1"}
+    regions = {"GLOBAL_REGIONS": "us-east-1,eu-west-1,ap-southeast-2"}
+    for environment, strong in [
+        (base | regions, False),
+        (base | regions | {"GLOBAL_CONSISTENCY": "eventual"}, False),
+        (base | regions | {"GLOBAL_CONSISTENCY": "strong"}, True),
+    ]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("tally.core.settings.os.environ", environment)
+            settings.cache_clear()
+            runtime.global_mode.cache_clear()
+            mode = runtime.global_mode()
+            assert mode is not None and mode.strong is strong
+    for wrong in [
+        base | {"GLOBAL_CONSISTENCY": "strong"},
+        base | regions | {"GLOBAL_CONSISTENCY": "mrsc"},
+    ]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("tally.core.settings.os.environ", wrong)
+            settings.cache_clear()
+            with pytest.raises(SettingsError, match="GLOBAL_CONSISTENCY"):
+                settings()
+    settings.cache_clear()
+    runtime.global_mode.cache_clear()

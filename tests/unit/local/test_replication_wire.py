@@ -19,6 +19,7 @@ from tally.local.replication.wire import (
     stamp_of,
     stamp_request,
     tombstones_of,
+    transaction_touches,
     visible_records,
     wire_key,
     without_hidden,
@@ -178,3 +179,27 @@ def test_stamping_then_hiding_gives_back_any_item(
 )
 def test_stamps_order_by_time_then_region_name(a: tuple[int, str], b: tuple[int, str]) -> None:
     assert (WireStamp(*a) < WireStamp(*b)) == (a < b)
+
+
+# Lower case: no name is one of the statements' upper-case PartiQL words.
+TABLE_NAMES = st.from_regex(r"[a-z0-9_.-]{3,20}", fullmatch=True)
+
+
+@given(replicated=TABLE_NAMES, regional=TABLE_NAMES, quoted=st.booleans())
+def test_an_mrsc_transaction_is_refused_only_when_it_names_the_replicated_table(
+    replicated: str, regional: str, quoted: bool
+) -> None:
+    """By ``TableName`` for the item APIs; by its whole name in PartiQL (an audit table named
+    ``<table>-audit`` is not the table)."""
+    items = {"TransactItems": [{"Put": {"TableName": regional, "Item": {}}}]}
+    assert transaction_touches("TransactWriteItems", items, [replicated]) == (
+        regional == replicated
+    )
+    gets = {"TransactItems": [{"Get": {"TableName": regional, "Key": {}}}]}
+    assert transaction_touches("TransactGetItems", gets, [regional])
+    name = f'"{regional}"' if quoted else regional
+    partiql = {"TransactStatements": [{"Statement": f"INSERT INTO {name} VALUE {{'PK': 'a'}}"}]}
+    assert transaction_touches("ExecuteTransaction", partiql, [regional])
+    assert not transaction_touches("ExecuteTransaction", partiql, [f"{regional}-audit"])
+    longer = {"TransactStatements": [{"Statement": f'DELETE FROM "{regional}-x" WHERE PK = 1'}]}
+    assert not transaction_touches("ExecuteTransaction", longer, [regional])

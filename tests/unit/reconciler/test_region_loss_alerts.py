@@ -189,3 +189,11 @@ def test_a_forged_loss_recheck_never_raises(lost: dict[str, str]) -> None:
     check, alerts, _ = three_regions(EU, None)
     judged = check.judge_lost(Recheck("likes", LIKE, 0, "forged", lost=lost))
     assert judged == ("child_id" in lost) and len(alerts.findings) == int(judged)
+
+
+def test_on_mrsc_a_child_replaced_is_an_ordinary_write_not_a_loss() -> None:
+    alerts, table = Alerts(), Table(child(US, "b"))
+    mode = GlobalMode(EU, (US, EU, AP), US, 5, strong=True)
+    check = RegionLosses(mode, RULES, table, "t", alerts)  # type: ignore[arg-type]
+    assert check.read_losses([record(child(EU, "a"), child(US, "b"))]) == 0
+    assert alerts.findings == [] and table.reads == 0

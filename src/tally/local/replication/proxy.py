@@ -5,8 +5,9 @@ in, each write to a replicated table is stamped (``wire.stamp_request``) while i
 held, so a Region's stamps follow the order its writes commit; a deletion's tombstone is
 written before the keys are let go. On the way out the hidden stamp is taken out of every
 answer and stream record. In the strongly consistent profile (MRSC) every Region's front
-talks to one database; transactions and TTL are refused, and a write to an item another
-Region wrote within the conflict window is refused with ``ReplicatedWriteConflictException``.
+talks to one database; a transaction touching a replicated table and its TTL are refused,
+and a write to an item another Region wrote within the conflict window is refused with
+``ReplicatedWriteConflictException``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tally.local.replication.wire import (
     key_attributes,
     stamp_request,
     tombstones_of,
+    transaction_touches,
     visible_records,
     wire_key,
     without_hidden,
@@ -258,7 +260,8 @@ class RegionFront:
             return error(refused.code, str(refused))
 
     def _refuse_in_strong_mode(self, operation: str, body: Mapping[str, Any]) -> None:
-        if operation in TRANSACTIONS:
+        # AWS refuses transactions on an MRSC table; one on regional tables only runs.
+        if operation in TRANSACTIONS and transaction_touches(operation, body, self.replicated):
             raise Refused(
                 "ValidationException",
                 "Transactions are not supported on a multi-Region strongly consistent (MRSC) "

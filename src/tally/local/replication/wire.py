@@ -190,7 +190,7 @@ def stamp_request(
         )
         for statement in statements:
             text = statement.get("Statement", "")
-            if _PARTIQL_WRITE.match(text) and any(t in text for t in tables):
+            if _PARTIQL_WRITE.match(text) and any(names_table(text, t) for t in tables):
                 raise Refused(
                     "ValidationException",
                     "the multi-Region emulator replicates PutItem, UpdateItem, DeleteItem, "
@@ -198,6 +198,25 @@ def stamp_request(
                     "table is refused",
                 )
     return Stamped(out)
+
+
+def names_table(statement: str, table: str) -> bool:
+    """Whether a PartiQL statement names ``table`` (whole: ``t`` is not ``t-audit``)."""
+    return re.search(rf"(?<![\w.-]){re.escape(table)}(?![\w.-])", statement) is not None
+
+
+def transaction_touches(operation: str, body: Mapping[str, Any], tables: Iterable[str]) -> bool:
+    """Whether a transaction (``TransactWriteItems``, ``TransactGetItems``, a PartiQL
+    ``ExecuteTransaction``) names one of ``tables``."""
+    names = set(tables)
+    if operation == "ExecuteTransaction":
+        statements = body.get("TransactStatements") or []
+        return any(names_table(s.get("Statement", ""), t) for s in statements for t in names)
+    return any(
+        detail.get("TableName") in names
+        for action in body.get("TransactItems") or []
+        for detail in action.values()
+    )
 
 
 def without_hidden(value: Any) -> Any:

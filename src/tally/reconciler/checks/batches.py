@@ -58,8 +58,9 @@ def confirm_own_writes(
     stats: StatsBook,
     deadline: Deadline | None,
     concurrency: int = 1,
-) -> None:
-    """Records with a fresh repair marker: ours only if the audit table logged the marker.
+) -> list[Claim]:
+    """Records with a fresh repair marker: ours only if the audit table logged the marker;
+    the claims confirmed.
 
     Any client can write the marker attribute, so a forged or replayed one is folded
     like any other write; an unconfirmable claim is folded too (at worst a recount). The
@@ -92,6 +93,7 @@ def confirm_own_writes(
             fold_record(batch, claim.record, rules, claimed=True)
     stats().errors.extend(errors)
     stats().own_writes += batch.own_writes
+    return [claim for claim, own in zip(claims, confirmed, strict=True) if own]
 
 
 class CollectionRunner:

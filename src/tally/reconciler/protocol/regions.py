@@ -110,13 +110,16 @@ def contended(parent: Mapping[str, Any] | None, repairs: int, after: int) -> tup
 class GlobalMode:
     """The reconciler on one Region of a Global Table: which Region it is, the table's
     Regions, the home Region (the one that judges every parent: one Region for all, so a
-    child and every parent it counts for are judged in one place), and the settle window."""
+    child and every parent it counts for are judged in one place), the settle window, and
+    whether the table is strongly consistent (MRSC: DynamoDB refuses any transaction that
+    touches it, so a repair is one conditional write, its audit items committed apart)."""
 
     region: str
     regions: tuple[str, ...]
     home: str
     settle_seconds: int
     contended_after: int = CONTENDED_AFTER
+    strong: bool = False
 
     def __post_init__(self) -> None:
         if self.region not in self.regions or self.home not in self.regions:
@@ -141,6 +144,11 @@ def settled_rules(rules: RuleSet, settle_seconds: int) -> RuleSet:
     drop one of them. A TTL removal is alerted, not decremented. A rule already judged after a
     lag keeps its own (alert-only, as ever); one whose writers stamp its parents
     (``through.stamp``) is judged by its stamps, and alerted.
+
+    On a strongly consistent table (MRSC) nothing lags, but the same rules hold for another
+    reason: with no transaction a writer makes its child and its counter's bump as two
+    writes, and a recount between them sees a writer in flight; ``settle_seconds`` is then
+    the longest a writer takes between the two.
     """
     settled: list[AnyRule] = []
     for rule in rules:

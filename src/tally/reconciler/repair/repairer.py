@@ -5,6 +5,12 @@ a VOID tombstone) takes the same path: the policy may refuse the write (the find
 alerted as it stands); otherwise a fresh marker names the write, and the write commits in one
 transaction with its log, its marker's record, the finding and its alert, which is published
 once the transaction committed. A TTL expiry's decrement is fenced by a marker of its own.
+
+On a strongly consistent Global Table (MRSC: no transaction may touch the counted table) a
+counter is repaired apart, in three steps: the marker's record, holding the audit items the
+repair owes; the fenced write alone; then those items in one transaction on the audit table,
+once, by the repair or by its write's own stream record (docs/verification.md, "Global
+Tables"). A VOID tombstone or a decrement needs a transaction: there, neither is written.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from tally.rules import AnyRule, Key, SequenceRule, TallyRule
 
 Written = TypeVar("Written")
 # The fenced write: given the marker and the audit items that commit with it, its outcome.
-FencedWrite = Callable[[str, Sequence[Mapping[str, Any]]], Written]
+FencedWrite = Callable[[str, Sequence[Mapping[str, Any]] | None], Written]
+# Why a VOID tombstone is not written where transactions are refused.
+NO_TRANSACTION = "a VOID tombstone needs a transaction, which this (MRSC) table refuses"
 
 
 class Repairer:
@@ -41,11 +49,15 @@ class Repairer:
         outbox: AlertOutbox,
         policy: RepairPolicy,
         reporter: Reporter,
+        *,
+        apart: bool = False,
     ):
         self._table = table
         self._log, self._standing, self._outbox = log, standing, outbox
         self.policy = policy
         self._reporter = reporter
+        # MRSC: the counted table refuses transactions, so its write goes apart from the log.
+        self.apart = apart
 
     def writes(self, rule: AnyRule) -> bool:
         """Whether a repair of this rule could be written now (budget aside)."""
@@ -85,14 +97,18 @@ class Repairer:
             Repair("applied", "VOID tombstone written", None, "VOID"),
             lambda: self._table.void_key(rule, key, number),  # only once the write is allowed
             {"void": True},
-            lambda marker, logged: self._table.put_void(rule, key, number, anchor, marker, logged),
+            # Never apart (NO_TRANSACTION): it always commits with its audit items.
+            lambda marker, logged: self._table.put_void(
+                rule, key, number, anchor, marker, logged or ()
+            ),
             committed="written",
-            refusal=refusal,
+            refusal=refusal or (NO_TRANSACTION if self.apart else None),
         )
 
     def may_decrement(self) -> bool:
-        """Whether a TTL expiry may be applied as a decrement now."""
-        return self.policy.enabled and not self.policy.dry_run
+        """Whether a TTL expiry may be applied as a decrement now (never apart: the decrement
+        is made once by its marker's put in the same transaction)."""
+        return self.policy.enabled and not self.policy.dry_run and not self.apart
 
     def decrement(self, rule: TallyRule, key: Key, expiry: Expiry) -> DecrementOutcome:
         """Apply a TTL expiry's decrement once: its marker is the expiry's own."""
@@ -124,14 +140,32 @@ class Repairer:
         repaired = self._reporter.shown(finding.with_repair(fix))
         marker = f"r:{secrets.token_hex(12)}"
         message = AlertMessage.of(repaired, repaired.alert_id(marker))
-        logged = [
+        audit = [
             self._log.repair_put(repaired, fix),
-            self._log.marker_put(marker, target(), written),
             self._log.finding_put(repaired),
             self._standing.standing_delete(repaired),
             self._outbox.outbox_put(message),
         ]
+        if self.apart:
+            # 1. the marker's record first, so the write's stream record is known as ours and
+            # can finish the repair; 2. the write alone; 3. the audit items, once.
+            self._log.put_marker(self._log.marker_put(marker, target(), written, audit))
+            outcome = write(marker, None)
+            if outcome == committed and self._log.finish_repair(marker, audit):
+                self._reporter.alert_repaired(repaired, message)
+            return outcome
+        logged = [audit[0], self._log.marker_put(marker, target(), written), *audit[1:]]
         outcome = write(marker, logged)
         if outcome == committed:
             self._reporter.alert_repaired(repaired, message)
         return outcome
+
+    def finish_claimed(self, marker: str) -> bool:
+        """A repair written apart whose write a stream record showed (a claim confirmed): its
+        audit items committed if the repair did not live to commit them, its alert released
+        to the next flush. Whether it was left to finish here."""
+        pending = self._log.pending_repair(marker)
+        if not pending or not self._log.finish_repair(marker, pending):
+            return False
+        self._outbox.release_puts(pending)
+        return True

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tally.core.dynamodb import conditional, deserialize, serialize
+from tally.core.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
 from tally.core.timefmt import epoch_iso
 from tally.reconciler.findings import Finding, Repair
 from tally.reconciler.store.items import (
@@ -97,10 +97,15 @@ class FindingLog(StorePart):
     # --- repair markers ------------------------------------------------------------------
 
     def marker_put(
-        self, marker: str, key: Mapping[str, str], written: Mapping[str, Any] | None = None
+        self,
+        marker: str,
+        key: Mapping[str, str],
+        written: Mapping[str, Any] | None = None,
+        pending: Sequence[Mapping[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """A ``TransactWriteItems`` Put logging the marker a repair writes on ``key``, with the
-        values it writes (``written``), which the repair's own stream record must show.
+        values it writes (``written``), which the repair's own stream record must show;
+        ``pending``: the audit items that finish a repair written apart (``finish_repair``).
 
         It fails if the marker was logged before, so a TTL decrement applies once.
         """
@@ -111,6 +116,8 @@ class FindingLog(StorePart):
             "written": json.dumps({k: canonical(v) for k, v in (written or {}).items()}),
             "expiresAt": self._expiry(MARKER_TTL),
         }
+        if pending is not None:
+            item["pending"] = json.dumps(list(pending))
         return {
             "Put": {
                 "TableName": self.table_name,
@@ -158,6 +165,39 @@ class FindingLog(StorePart):
                 ExpressionAttributeValues=serialize({":seq": sequence_number}),
             )
         )
+
+    def put_marker(self, put: Mapping[str, Any]) -> None:
+        """Write a ``marker_put`` alone (a repair written apart: before its write)."""
+        self.client.put_item(**put["Put"])
+
+    def pending_repair(self, marker: str) -> list[dict[str, Any]]:
+        """The audit items a repair written apart still owes ([] once finished, or none)."""
+        found = self.client.get_item(
+            TableName=self.table_name,
+            Key=serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
+            ConsistentRead=True,
+        ).get("Item", {})
+        pending = found.get("pending", {}).get("S")
+        return list(json.loads(pending)) if pending else []
+
+    def finish_repair(self, marker: str, pending: Sequence[Mapping[str, Any]]) -> bool:
+        """Commit a repair's ``pending`` audit items with the end of its marker's pending
+        state, once: False when another finished it first (its write's stream record, or the
+        repair itself)."""
+        done = {
+            "Update": {
+                "TableName": self.table_name,
+                "Key": serialize({"PK": f"MARKER#{marker}", "SK": "MARKER"}),
+                "UpdateExpression": "REMOVE #pending",
+                "ConditionExpression": "attribute_exists(#pending)",
+                "ExpressionAttributeNames": {"#pending": "pending"},
+            }
+        }
+        try:
+            transact(self.client, [*pending, done], None, Backoff())
+        except Cancelled:
+            return False
+        return True
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -73,6 +73,14 @@ class AlertOutbox(StorePart):
         key = {"PK": OUTBOX_PK, "SK": alert_id}
         self.client.delete_item(TableName=self.table_name, Key=serialize(key))
 
+    def release_puts(self, items: list[dict[str, Any]]) -> None:
+        """Release the alerts that ``items`` (a transaction's, committed) put in the outbox:
+        their writer is not the one that will publish them."""
+        for item in items:
+            put = item.get("Put", {})
+            if put.get("TableName") == self.table_name and put["Item"]["PK"] == {"S": OUTBOX_PK}:
+                self.release_alert(put["Item"]["SK"]["S"])
+
     def release_alert(self, alert_id: str) -> None:
         """Give a lease back after a failed publish, so the next retry may publish at once."""
         self.client.update_item(

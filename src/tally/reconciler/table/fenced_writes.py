@@ -3,6 +3,8 @@
 Every write is conditioned on the exact state that was verified, carries the repair
 marker, and goes in one transaction with the audit-table items the caller passes (the
 repair log, the marker's record, the alert), so none of them can exist without the other.
+On a strongly consistent Global Table (MRSC), which refuses every transaction that touches
+it, a counter is set by the same fenced write alone; the caller commits its audit items.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Literal
+
+from botocore.exceptions import ClientError
 
 from tally.core.dynamodb import Cancelled, Names, serialize, transact
 from tally.reconciler.protocol.judgement import ParentState
@@ -39,10 +43,11 @@ class FencedWrites(TableAccess):
         verified: ParentState,
         value: Decimal,
         marker: str,
-        logged: Sequence[Mapping[str, Any]],
+        logged: Sequence[Mapping[str, Any]] | None,
     ) -> bool:
         """SET counter = value, only if the parent still exists with the counter and revision
-        that were verified: a repair never creates a parent, nor writes over a non-number."""
+        that were verified: a repair never creates a parent, nor writes over a non-number.
+        With ``logged``, in one transaction with those audit items; None: the write alone."""
         if not verified.exists or not _number_or_absent(verified.counter):
             raise ValueError(f"{rule.name}: a repair writes only over a number it has judged")
         names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
@@ -71,6 +76,8 @@ class FencedWrites(TableAccess):
                 "ExpressionAttributeValues": serialize(values),
             }
         }
+        if logged is None:
+            return self._fenced_alone(item["Update"], marker)
         return self._fenced([item, *logged])
 
     def decrement(
@@ -189,6 +196,18 @@ class FencedWrites(TableAccess):
             transact(self.client, items, None, self.backoff)
         except Cancelled:
             return False
+        return True
+
+    def _fenced_alone(self, update: dict[str, Any], marker: str) -> bool:
+        """One conditional UpdateItem. A retry of a write that applied but whose answer was
+        lost fails its own fence: the item it shows carrying this marker says it applied."""
+        try:
+            self.client.update_item(**update, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as error:
+            if error.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            old: Any = error.response.get("Item") or {}
+            return bool(old.get(REPAIR_MARKER) == {"S": marker})
         return True
 
 
