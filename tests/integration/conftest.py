@@ -46,6 +46,7 @@ RULES_FILE = Path(__file__).with_name("rules.toml")
 SLOWEST_FIRST = (
     "test_cli.py",
     "test_adopting_doc.py",
+    "test_global_adopting_doc.py",
     "test_iam.py",
     "test_writers.py",
     "test_seeds.py",

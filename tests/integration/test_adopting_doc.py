@@ -10,15 +10,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.integration.test_global_adopting_doc import HEADING as GLOBAL_TABLE
 from tests.integration.test_readme import ROOT, Block, blocks
-from tests.integration.walkthrough import RUNNABLE, commands, run_page, user_env
+from tests.integration.walkthrough import RUNNABLE, commands, run_page, user_env, without_section
 
 DOC = ROOT / "docs" / "adopting.md"
 NOT_RUN = re.compile(r"<!-- not run by tests/integration/test_adopting_doc\.py: (.+?) -->\s*$")
 
 
 def page() -> list[Block]:
-    return list(blocks(DOC.read_text(), NOT_RUN))
+    """The page but its Global Table walk-through: test_global_adopting_doc.py runs that."""
+    return list(blocks(without_section(DOC.read_text(), GLOBAL_TABLE), NOT_RUN))
 
 
 def test_every_block_runs_or_says_why_not() -> None:

@@ -10,7 +10,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,22 +66,56 @@ def user_env(state_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_page(page: str, blocks: Iterable[Block], env: dict[str, str]) -> int:
+def section(text: str, heading: str) -> str:
+    """The ``## heading`` section of a page, every other line blanked (line numbers kept)."""
+    return _split(text, heading)[0]
+
+
+def without_section(text: str, heading: str) -> str:
+    """The page with its ``## heading`` section blanked (line numbers kept)."""
+    return _split(text, heading)[1]
+
+
+def _split(text: str, heading: str) -> tuple[str, str]:
+    lines = text.splitlines()
+    start = lines.index(f"## {heading}")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    inside = ["" if not start <= i < end else line for i, line in enumerate(lines)]
+    outside = ["" if start <= i < end else line for i, line in enumerate(lines)]
+    return "\n".join(inside) + "\n", "\n".join(outside) + "\n"
+
+
+def run_page(
+    page: str,
+    blocks: Iterable[Block],
+    env: dict[str, str],
+    *,
+    before: Callable[[str], None] | None = None,
+    outputs: list[tuple[str, str]] | None = None,
+) -> int:
     """Run every block of ``page`` (its path, for messages) as written; stop the local stack
-    at the end whatever happened. Returns how many blocks and commands ran."""
+    at the end whatever happened. Returns how many blocks and commands ran. ``before`` is
+    called with each block's code or command before it runs (a test's look at the stack);
+    ``outputs`` collects each one's code and its stdout and stderr."""
     ran = 0
     try:
         for block in blocks:
             if block.skipped_because:
                 continue
             if block.language in RUNNABLE:
+                if before is not None:
+                    before(block.code)
                 result = run(block, env)
                 assert result.returncode == 0, (block.line, result.stdout, result.stderr)
+                if outputs is not None:
+                    outputs.append((block.code, result.stdout + result.stderr))
                 ran += 1
                 continue
             if block.language != "console":
                 continue
             for command in commands(block):
+                if before is not None:
+                    before(command.text)
                 result = subprocess.run(
                     ["bash", "-euo", "pipefail", "-c", command.text],
                     env=env,
@@ -93,6 +127,8 @@ def run_page(page: str, blocks: Iterable[Block], env: dict[str, str]) -> int:
                 said = f"{page} line {command.line}: {command.text}\n"
                 assert result.returncode == 0, said + result.stdout + result.stderr
                 assert "Traceback" not in result.stderr, said + result.stderr
+                if outputs is not None:
+                    outputs.append((command.text, result.stdout + result.stderr))
                 output = squeezed(result.stdout + "\n" + result.stderr)
                 for line in command.shown:
                     if line.strip() and line.strip() != "...":
