@@ -135,8 +135,16 @@ def write(
             for member in got.member_keys:
                 written.created(stack.region, str(member["PK"]), str(member["SK"]))
 
+    failed: list[BaseException] = []
+
+    def run(stack: LocalStack, n: int) -> None:
+        try:
+            writer(stack, n)
+        except BaseException as error:  # a thread's failure fails the run, not a warning
+            failed.append(error)
+
     workers = [
-        threading.Thread(target=writer, args=(stack, n)) for stack in stacks for n in range(threads)
+        threading.Thread(target=run, args=(stack, n)) for stack in stacks for n in range(threads)
     ]
     with contextlib.ExitStack() as faulty:
         injectors = {
@@ -160,6 +168,8 @@ def write(
         for w in workers:
             w.join()
     written.stopped = time.time()
+    if failed:
+        raise failed[0]
     for injector in injectors.values():
         for stats in injector.stats.values():
             written.faults["responses lost after commit"] += stats.lost
