@@ -168,8 +168,18 @@ def test_a_single_region_stack_is_unchanged() -> None:
         ),
         ({"GlobalRegions": "us-east-1,eu-west-1", "HomeRegion": REGION}, "eu-west-1", "replica"),
         ({"GlobalRegions": "us-east-1,,eu-west-1", "HomeRegion": REGION}, REGION, "none of them"),
+        ({**HOME, "GlobalConsistency": "strong"}, REGION, "adopts an existing MRSC"),
+        ({"GlobalConsistency": "strong"}, REGION, "goes with GlobalRegions"),
     ],
-    ids=["home outside", "no home", "stack outside", "replica unnamed", "empty Region"],
+    ids=[
+        "home outside",
+        "no home",
+        "stack outside",
+        "replica unnamed",
+        "empty Region",
+        "strong created",
+        "strong alone",
+    ],
 )
 def test_a_deploy_refuses_regions_that_do_not_fit(
     parameters: dict[str, str], region: str, says: str
@@ -179,6 +189,7 @@ def test_a_deploy_refuses_regions_that_do_not_fit(
 
 
 def test_the_two_layouts_and_a_single_region_table_pass_the_rules() -> None:
+    assert refused(TEMPLATE, {**REPLICA, "GlobalConsistency": "strong"}, REGION) == []
     assert refused(TEMPLATE, HOME, REGION) == []
     assert refused(TEMPLATE, REPLICA, REGION) == []
     assert refused(TEMPLATE, {}, REGION) == []
