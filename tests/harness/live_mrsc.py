@@ -23,7 +23,7 @@ from typing import Any
 from tally.local.stack_record import LocalStack
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.writers import SequenceAllocator, TallyWriter
-from tests.harness.live_regions import regional_client
+from tests.harness.live_regions import Workers, regional_client
 
 POSTS, USERS, PROJECTS = 8, 40, 2
 CRASHES = 0.08  # of the likes' counter writes: the process dies between child and count
@@ -99,21 +99,7 @@ def write(stacks: list[LocalStack], seconds: float, threads: int, seed: int) -> 
             with written.lock:
                 written.numbers.update((project, n) for n in got.numbers)
 
-    failed: list[BaseException] = []
-
-    def run(stack: LocalStack, n: int) -> None:
-        try:
-            writer(stack, n)
-        except BaseException as error:  # a thread's failure fails the run, not a warning
-            failed.append(error)
-
-    workers = [
-        threading.Thread(target=run, args=(stack, n)) for stack in stacks for n in range(threads)
-    ]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    if failed:
-        raise failed[0]
+    workers = Workers(writer, [(stack, n) for stack in stacks for n in range(threads)])
+    workers.start()
+    workers.join()
     return written

@@ -76,6 +76,31 @@ class Written:
             self.acknowledged[(region, pk, sk)] = time.time()
 
 
+class Workers:
+    """Writer threads, one per argument tuple; ``join`` raises the first one's failure, so a
+    writer that dies fails the run instead of leaving a warning."""
+
+    def __init__(self, target: Any, arguments: list[tuple[Any, ...]]):
+        self.failed: list[BaseException] = []
+        self._threads = [threading.Thread(target=self._run, args=(target, *a)) for a in arguments]
+
+    def _run(self, target: Any, *arguments: Any) -> None:
+        try:
+            target(*arguments)
+        except BaseException as error:
+            self.failed.append(error)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
+        if self.failed:
+            raise self.failed[0]
+
+
 def write(
     stacks: list[LocalStack], seconds: float, threads: int, seed: int, offline: Any
 ) -> Written:
@@ -135,17 +160,7 @@ def write(
             for member in got.member_keys:
                 written.created(stack.region, str(member["PK"]), str(member["SK"]))
 
-    failed: list[BaseException] = []
-
-    def run(stack: LocalStack, n: int) -> None:
-        try:
-            writer(stack, n)
-        except BaseException as error:  # a thread's failure fails the run, not a warning
-            failed.append(error)
-
-    workers = [
-        threading.Thread(target=run, args=(stack, n)) for stack in stacks for n in range(threads)
-    ]
+    workers = Workers(writer, [(stack, n) for stack in stacks for n in range(threads)])
     with contextlib.ExitStack() as faulty:
         injectors = {
             region: faulty.enter_context(
@@ -159,17 +174,13 @@ def write(
             )
             for i, (region, client) in enumerate(clients.items())
         }
-        for w in workers:
-            w.start()
+        workers.start()
         time.sleep(seconds / 3)
         offline(True)
         time.sleep(seconds / 3)
         offline(False)
-        for w in workers:
-            w.join()
+        workers.join()
     written.stopped = time.time()
-    if failed:
-        raise failed[0]
     for injector in injectors.values():
         for stats in injector.stats.values():
             written.faults["responses lost after commit"] += stats.lost
