@@ -1,7 +1,8 @@
 """The live scenario on an emulated Global Table: the project's writers in every Region of a
-`tally local up --regions` stack (likes, order lines, issue numbers by every strategy), their
-clients losing responses after commit and throttled, one Region offline for a while, then
-every Region's pump, and what the alerts said against what the table shows happened.
+`tally local up --regions` stack (likes, order lines, issue numbers by every strategy:
+gapless, atomic, sortkey, block), their clients losing responses after commit and throttled,
+one Region offline for a while, then every Region's pump, and what the alerts said against
+what the table shows happened.
 
 Ground truth, read once writers stopped and replication settled:
 - a child lost: a child or member a Region's writer created (acknowledged) whose key now holds
@@ -43,6 +44,7 @@ from tests.harness.faults import Faults
 
 POSTS, USERS, ORDERS, LINES, GAPLESS_PROJECTS = 3, 25, 2, 12, 2
 ATOMIC_PROJECT, SORTKEY_PROJECT = "PROJECT#atomic", "PROJECT#sortkey"
+BLOCK_PROJECT = "PROJECT#block"
 # Per attempt, on the writers' writes: a response lost after commit, a throttled attempt.
 LOST, THROTTLED = 0.03, 0.03
 
@@ -141,16 +143,26 @@ def write(
             except Exception:  # a parent not replicated here yet: the writer's caller retries
                 pass
             draw = rng.random()
-            strategy = "gapless" if draw < 0.5 else "atomic" if draw < 0.75 else "sortkey"
+            strategy = (
+                "gapless"
+                if draw < 0.45
+                else "atomic"
+                if draw < 0.65
+                else "sortkey"
+                if draw < 0.85
+                else "block"
+            )
             project = {
                 "gapless": f"PROJECT#{rng.randrange(GAPLESS_PROJECTS)}",
                 "atomic": ATOMIC_PROJECT,
                 "sortkey": SORTKEY_PROJECT,
+                "block": BLOCK_PROJECT,
             }[strategy]
             try:
                 got = numbers.allocate(
                     {"PK": project, "SK": "COUNTER#ISSUE"},
                     strategy=strategy,  # type: ignore[arg-type]
+                    count=2 if strategy == "block" else 1,
                     attributes={"title": f"from {stack.region}"},
                 )
             except CounterBehindError:
