@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tally.core.dynamodb import TransactionFailedError
 from tally.reconciler.checks.batches import CollectionRunner, Deadline, confirm_own_writes
 from tally.reconciler.checks.carry_book import CarryBook, CarryId
 from tally.reconciler.checks.counts import Counts
@@ -93,7 +94,9 @@ class Reconciler:
             table.writes, log, standing, outbox, policy, reporter, apart=apart
         )
         counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
-        home = regions is not None and regions.at_home
+        # On MRSC nothing is lost to last writer wins: a drift there is a writer's crash
+        # between its two writes, repaired however often it happens.
+        home = regions is not None and regions.at_home and not regions.strong
         contention = Contention(regions, log, table.parents) if regions and home else None
         self._looks = Looks(counts, table.parents, followups, store.recent, contention)
         sequences = self._sequences = Sequences(
@@ -164,10 +167,12 @@ class Reconciler:
         stats.skipped += batch.skipped
         stats.malformed += len(batch.malformed)
         concurrency = self._runner.concurrency
+        retry: list[str] | None = [] if self._repairer.apart else None
         own = confirm_own_writes(
-            batch, self.rules, self.store.log, self._book, deadline, concurrency
+            batch, self.rules, self.store.log, self._book, deadline, concurrency, retry
         )
         finished, unfinished = self._finish_repairs(own)
+        unfinished += retry or []
         collections = item_collections(
             (g for g in batch.groups.values() if g.rule.repair != "off"),
             self.rules.table.partition_key,
@@ -187,7 +192,7 @@ class Reconciler:
         for claim in own:
             try:
                 finished |= self._repairer.finish_claimed(claim.marker)
-            except ClientError as error:
+            except (ClientError, TransactionFailedError) as error:
                 self._book().errors.append(f"finish {claim.marker}: {error}")
                 unfinished.append(claim.sequence_number)
         return finished, unfinished

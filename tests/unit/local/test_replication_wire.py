@@ -203,3 +203,20 @@ def test_an_mrsc_transaction_is_refused_only_when_it_names_the_replicated_table(
     assert not transaction_touches("ExecuteTransaction", partiql, [f"{regional}-audit"])
     longer = {"TransactStatements": [{"Statement": f'DELETE FROM "{regional}-x" WHERE PK = 1'}]}
     assert not transaction_touches("ExecuteTransaction", longer, [regional])
+
+
+def test_a_token_replayed_keeps_its_first_stamp_and_its_first_expiry() -> None:
+    from tally.local.replication.proxy import TokenStamps
+    from tally.local.replication.wire import WireStamp
+
+    now = [0.0]
+    tokens = TokenStamps(now=lambda: now[0])
+    first, later = WireStamp(1, "us-east-1"), WireStamp(2, "us-east-1")
+    tokens.keep("t", first)
+    now[0] = 500.0
+    tokens.keep("t", tokens.get("t") or later)  # the retry, answered: kept as it was
+    assert tokens.get("t") == first
+    now[0] = 601.0  # ten minutes after the first: a new request under an old token
+    assert tokens.get("t") is None
+    tokens.keep("t", later)
+    assert tokens.get("t") == later

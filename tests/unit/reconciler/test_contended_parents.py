@@ -111,3 +111,11 @@ def test_at_the_threshold_a_parent_written_from_two_regions_is_escalated() -> No
 def test_a_parent_no_stamping_writer_wrote_that_keeps_drifting_is_repaired_as_ever() -> None:
     check, _, _ = contention(50, {**POST, "likeTally": 3, writes(US): 0})
     assert check.escalated(RULES["likes"], POST, drift()) is None  # type: ignore[arg-type]
+
+
+def test_on_mrsc_a_parent_is_never_contended_however_often_repaired() -> None:
+    log, parents = Log(50), Parents({**POST, writes(US): 4, writes(EU): 2})
+    mode = GlobalMode(US, (US, EU, AP), US, 5, contended_after=3, strong=True)
+    check = Contention(mode, log, parents)  # type: ignore[arg-type]
+    assert check.escalated(RULES["likes"], POST, drift()) is None  # type: ignore[arg-type]
+    assert parents.reads == 0

@@ -165,7 +165,8 @@ class TokenStamps:
                 self._stamps = {t: h for t, h in self._stamps.items() if h[1] > now}
                 if len(self._stamps) >= self.MOST:  # all live: the oldest goes
                     self._stamps.pop(next(iter(self._stamps)))
-            self._stamps[token] = (stamp, now + self.SECONDS)
+            if token not in self._stamps or self._stamps[token][1] <= now:
+                self._stamps[token] = (stamp, now + self.SECONDS)  # a replay keeps the first
 
 
 @dataclass

@@ -58,6 +58,7 @@ def confirm_own_writes(
     stats: StatsBook,
     deadline: Deadline | None,
     concurrency: int = 1,
+    unconfirmed: list[str] | None = None,
 ) -> list[Claim]:
     """Records with a fresh repair marker: ours only if the audit table logged the marker;
     the claims confirmed.
@@ -65,9 +66,12 @@ def confirm_own_writes(
     Any client can write the marker attribute, so a forged or replayed one is folded
     like any other write; an unconfirmable claim is folded too (at worst a recount). The
     lookups run up to ``concurrency`` at once (each claims a marker of its own); the claims
-    not confirmed are then folded in the batch's order.
+    not confirmed are then folded in the batch's order. With ``unconfirmed`` (a repair
+    written apart, MRSC: its own record may be the only thing left to finish it), a claim
+    whose lookup failed is not folded: its sequence number goes there, to be retried.
     """
     errors: list[str] = []
+    failed: set[str] = set()
 
     def confirm(claim: Claim) -> bool:
         if deadline is not None and deadline.near():
@@ -77,6 +81,7 @@ def confirm_own_writes(
             return store.confirm_marker(claim.marker, claim.keys, new_image, claim.sequence_number)
         except ClientError as error:
             errors.append(f"marker {claim.marker}: {error}")
+            failed.add(claim.sequence_number)
             return False
 
     claims = batch.claims
@@ -89,6 +94,8 @@ def confirm_own_writes(
     for claim, own in zip(claims, confirmed, strict=True):
         if own:
             batch.own_writes += 1
+        elif unconfirmed is not None and claim.sequence_number in failed:
+            unconfirmed.append(claim.sequence_number)
         else:
             fold_record(batch, claim.record, rules, claimed=True)
     stats().errors.extend(errors)

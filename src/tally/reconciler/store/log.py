@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from tally.core.dynamodb import Backoff, Cancelled, conditional, deserialize, serialize, transact
 from tally.core.timefmt import epoch_iso
 from tally.reconciler.findings import Finding, Repair
@@ -167,8 +169,14 @@ class FindingLog(StorePart):
         )
 
     def put_marker(self, put: Mapping[str, Any]) -> None:
-        """Write a ``marker_put`` alone (a repair written apart: before its write)."""
-        self.client.put_item(**put["Put"])
+        """Write a ``marker_put`` alone (a repair written apart: before its write). The marker
+        is fresh and random: a condition that fails is botocore's resend of this very put
+        after a lost answer, which landed."""
+        try:
+            self.client.put_item(**put["Put"])
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise
 
     def pending_repair(self, marker: str) -> list[dict[str, Any]]:
         """The audit items a repair written apart still owes ([] once finished, or none)."""
