@@ -152,19 +152,12 @@ class Layout:
         regions = list(self.regions)
         if self.consistency == "strong":
             return Replication(pid, settings, "strong", regions=regions)
-        skew = dict(self.skew_ms)
         if self.lag_ms is not None:
-            return Replication(
-                pid, settings, "eventual", self.lag_ms, regions=regions, skew_ms=skew
-            )
+            median, p99 = self.lag_ms, None
+        else:
+            median, p99 = DEFAULT_LAG_MEDIAN_MS, DEFAULT_LAG_P99_MS
         return Replication(
-            pid,
-            settings,
-            "eventual",
-            DEFAULT_LAG_MEDIAN_MS,
-            DEFAULT_LAG_P99_MS,
-            regions=regions,
-            skew_ms=skew,
+            pid, settings, "eventual", median, p99, regions=regions, skew_ms=dict(self.skew_ms)
         )
 
 

@@ -94,9 +94,7 @@ class Reconciler:
             table.writes, log, standing, outbox, policy, reporter, apart=apart
         )
         counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
-        # On MRSC nothing is lost to last writer wins: a drift there is a writer's crash
-        # between its two writes, repaired however often it happens.
-        home = regions is not None and regions.at_home and not regions.strong
+        home = regions is not None and regions.at_home
         contention = Contention(regions, log, table.parents) if regions and home else None
         self._looks = Looks(counts, table.parents, followups, store.recent, contention)
         sequences = self._sequences = Sequences(
@@ -167,12 +165,16 @@ class Reconciler:
         stats.skipped += batch.skipped
         stats.malformed += len(batch.malformed)
         concurrency = self._runner.concurrency
-        retry: list[str] | None = [] if self._repairer.apart else None
-        own = confirm_own_writes(
-            batch, self.rules, self.store.log, self._book, deadline, concurrency, retry
+        own, retry = confirm_own_writes(
+            batch,
+            self.rules,
+            self.store.log,
+            self._book,
+            deadline,
+            concurrency,
+            self._repairer.apart,
         )
         finished, unfinished = self._finish_repairs(own)
-        unfinished += retry or []
         collections = item_collections(
             (g for g in batch.groups.values() if g.rule.repair != "off"),
             self.rules.table.partition_key,
@@ -181,7 +183,7 @@ class Reconciler:
         failed, alerts_pending = self._runner.run(collections, verify, needs_no_table, deadline)
         if (alerts_pending or finished) and not (deadline is not None and deadline.near()):
             self.flush_alerts()
-        return sorted(failed + unfinished, key=int)
+        return sorted(failed + unfinished + retry, key=int)
 
     def _finish_repairs(self, own: list[Claim]) -> tuple[bool, list[str]]:
         """A repair written apart (MRSC) that did not live to log itself is finished by its

@@ -31,15 +31,15 @@ def repair_record() -> dict[str, Any]:
 
 def test_an_unconfirmable_claim_is_folded_where_repairs_are_one_transaction() -> None:
     batch = group_records([repair_record()], RULES)
-    confirmed = confirm_own_writes(batch, RULES, Throttled(), StatsBook(), None)  # type: ignore[arg-type]
+    confirmed, retry = confirm_own_writes(batch, RULES, Throttled(), StatsBook(), None)  # type: ignore[arg-type]
     assert confirmed == [] and len(batch.groups) == 1  # judged as an ordinary write
+    assert retry == []
 
 
 def test_an_unconfirmable_claim_is_retried_where_repairs_are_written_apart() -> None:
     record = repair_record()
     batch = group_records([record], RULES)
-    retry: list[str] = []
-    confirmed = confirm_own_writes(batch, RULES, Throttled(), StatsBook(), None, 1, retry)  # type: ignore[arg-type]
+    confirmed, retry = confirm_own_writes(batch, RULES, Throttled(), StatsBook(), None, 1, True)  # type: ignore[arg-type]
     assert confirmed == [] and batch.groups == {}
     assert retry == [record["dynamodb"]["SequenceNumber"]]
 

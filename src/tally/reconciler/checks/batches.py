@@ -58,17 +58,17 @@ def confirm_own_writes(
     stats: StatsBook,
     deadline: Deadline | None,
     concurrency: int = 1,
-    unconfirmed: list[str] | None = None,
-) -> list[Claim]:
+    retry_unconfirmed: bool = False,
+) -> tuple[list[Claim], list[str]]:
     """Records with a fresh repair marker: ours only if the audit table logged the marker;
-    the claims confirmed.
+    the claims confirmed, and the sequence numbers of the records to retry.
 
     Any client can write the marker attribute, so a forged or replayed one is folded
     like any other write; an unconfirmable claim is folded too (at worst a recount). The
     lookups run up to ``concurrency`` at once (each claims a marker of its own); the claims
-    not confirmed are then folded in the batch's order. With ``unconfirmed`` (a repair
+    not confirmed are then folded in the batch's order. With ``retry_unconfirmed`` (a repair
     written apart, MRSC: its own record may be the only thing left to finish it), a claim
-    whose lookup failed is not folded: its sequence number goes there, to be retried.
+    whose lookup failed is not folded but retried.
     """
     errors: list[str] = []
     failed: set[str] = set()
@@ -91,16 +91,17 @@ def confirm_own_writes(
             confirmed = [awaited(future) for future in futures]
     else:
         confirmed = [confirm(claim) for claim in claims]
+    retry: list[str] = []
     for claim, own in zip(claims, confirmed, strict=True):
         if own:
             batch.own_writes += 1
-        elif unconfirmed is not None and claim.sequence_number in failed:
-            unconfirmed.append(claim.sequence_number)
+        elif retry_unconfirmed and claim.sequence_number in failed:
+            retry.append(claim.sequence_number)
         else:
             fold_record(batch, claim.record, rules, claimed=True)
     stats().errors.extend(errors)
     stats().own_writes += batch.own_writes
-    return [claim for claim, own in zip(claims, confirmed, strict=True) if own]
+    return [claim for claim, own in zip(claims, confirmed, strict=True) if own], retry
 
 
 class CollectionRunner:

@@ -86,28 +86,29 @@ class Looks:
                 self._followups.schedule(rule, key, 0, reason, seen)
             # Otherwise the offset moved, and the records that moved it bring their rechecks.
             return
-        if rule.repair == "auto":
-            # Only a Global Table's settled rule (protocol.regions.settled_rules; an
-            # aggregator's rule is never "auto"): the same counter and truth a settle window
-            # apart in the home Region, repaired fenced on what this recount read, unless the
-            # parent keeps losing its increments (checks.regions.Contention).
-            held = f"the same counter and truth {rule.lag_seconds} s apart: replication settled"
-            settled = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
-            escalated = self._contention and self._contention.escalated(rule, key, settled)
-            if escalated:
-                self._followups.skip(escalated, ESCALATED)
-                return
-            if not self._counts.repair(rule, key, snapshot, settled):
-                # The parent moved after this recount: judged from there, a window later.
-                self._followups.schedule(rule, key, 0, "moved under a settled repair", seen)
-            return
-        held = f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
-        why = "a counter kept by a stream aggregator is never repaired: it would race the deltas"
-        if self._contention is not None:  # a Global Table's settled rule that only alerts
+        if self._contention is None:
+            held = (
+                f"the same counter and truth {rule.lag_seconds} s apart: not the aggregator's lag"
+            )
+            why = (
+                "a counter kept by a stream aggregator is never repaired: it would race the deltas"
+            )
+        else:  # a Global Table's home Region: a rule judged once replication settled
             held = f"the same counter and truth {rule.lag_seconds} s apart: replication settled"
             why = f"the rule's repair is {rule.repair!r}: alerted, not repaired"
-        detail = "; ".join(part for part in (finding.detail, held) if part)
-        self._followups.skip(replace(finding, detail=detail), why)
+        settled = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
+        if rule.repair != "auto":
+            self._followups.skip(settled, why)
+            return
+        # Only a Global Table's settled rule (protocol.regions.settled_rules; an aggregator's
+        # rule is never "auto"): repaired fenced on what this recount read, unless the parent
+        # keeps losing its increments (checks.regions.Contention).
+        escalated = self._contention and self._contention.escalated(rule, key, settled)
+        if escalated:
+            self._followups.skip(escalated, ESCALATED)
+        elif not self._counts.repair(rule, key, snapshot, settled):
+            # The parent moved after this recount: judged from there, a window later.
+            self._followups.schedule(rule, key, 0, "moved under a settled repair", seen)
 
     def verify_indexed(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
         """Judge a parent whose children are found through an index, a grace after its change
