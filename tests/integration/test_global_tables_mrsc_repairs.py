@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-import boto3
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
@@ -27,7 +26,7 @@ from tally.reconciler import runtime
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.table.tally_table import TallyTable
 from tally.rules import REPAIR_MARKER, load_rules
-from tests.harness.regions import AP, EU, US
+from tests.harness.regions import AP, EU, US, client
 from tests.integration.conftest import RULES_FILE, Stack, stack_environment
 from tests.integration.conftest import _clear_caches as clear_caches
 from tests.utils import deserialize, lambda_context, serialize
@@ -169,7 +168,7 @@ def mrsc(
     ).start()
     try:
         fronts = {r: emulator.endpoint(r) for r in REGIONS}
-        clients = {r: _client("dynamodb", fronts[r], r) for r in REGIONS}
+        clients = {r: client("dynamodb", fronts[r], r) for r in REGIONS}
         # The counted table made once (one database), without TTL (MRSC refuses it).
         create_table_from(clients[US], create_table_kwargs(template, "Table", table), None)
         arn = clients[US].describe_table(TableName=table)["Table"]["LatestStreamArn"]
@@ -178,7 +177,7 @@ def mrsc(
             audit_table = f"tally-mrsc-audit-{suffix}-{region}"  # regional: each its own
             create_table(clients[region], template, "AuditTable", audit_table)
             sqs, topic_arn, alert_queue, recheck_queue = _alerting(moto_endpoint, suffix, region)
-            reader = StreamReader(_client("dynamodbstreams", fronts[region], region), arn, region)
+            reader = StreamReader(client("dynamodbstreams", fronts[region], region), arn, region)
             stacks[region] = Stack(
                 clients[region],
                 sqs,
@@ -212,20 +211,10 @@ def mrsc(
         emulator.stop()
 
 
-def _client(service: str, endpoint: str, region: str) -> Any:
-    return boto3.client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=endpoint,
-        region_name=region,
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-    )
-
-
 def _alerting(moto_endpoint: str, suffix: str, region: str) -> tuple[Any, str, str, str]:
     """The Region's alert topic with a queue subscribed, and its recheck queue, on moto."""
-    sns = _client("sns", moto_endpoint, region)
-    sqs = _client("sqs", moto_endpoint, region)
+    sns = client("sns", moto_endpoint, region)
+    sqs = client("sqs", moto_endpoint, region)
     topic_arn = sns.create_topic(Name=f"alerts-{suffix}")["TopicArn"]
     alert_queue = sqs.create_queue(QueueName=f"alerts-{suffix}")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=alert_queue, AttributeNames=["QueueArn"])
