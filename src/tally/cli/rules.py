@@ -39,6 +39,11 @@ def register(commands: Any) -> None:
         "cares about reach the reconciler (the template's StreamFilterPattern).",
     )
     rules_option(filter_)
+    filter_.add_argument(
+        "--global-table",
+        action="store_true",
+        help="admit the Regions' heartbeats too (a stack deployed with GlobalRegions)",
+    )
     filter_.set_defaults(run=_filter)
 
     check = action(
@@ -79,7 +84,10 @@ def _filter(options: argparse.Namespace) -> int:
 
     with targets.environment(None, rules_file(options)):
         rules = load_rules()
-    print(filter_json(rules))
+    try:
+        print(filter_json(rules, heartbeats=options.global_table))
+    except ValueError as error:  # a key the heartbeat cannot be written under
+        raise Failure(f"--global-table: {error}") from None
     return 0
 
 

@@ -8,6 +8,11 @@ from its own stream, that a write of its own was overwritten by last-writer-wins
   counters, in this version's history. A version from another Region that replaces one of
   ours and holds fewer of ours lost the difference.
 
+- ``tallyBeatAt`` on a Region's heartbeat item (``tally#heartbeat#<Region>``, written by that
+  Region's reconciler stack on a schedule, and by no one else): when, by that Region's clock,
+  it last beat. Another Region reads from its arrival how far replication from there lags,
+  and from its age whether the link stalled.
+
 - ``tallyHome`` on a parent or sequence counter (set by the team, not the writers): the one
   Region whose writers may change it. A writer in another Region is refused before anything
   is written, so its increments and numbers cannot race another Region's (prevention).
@@ -24,7 +29,26 @@ from typing import Any
 ORIGIN = "tallyOrigin"
 CHILD_ID = "tallyChildId"
 HOME = "tallyHome"
+BEAT_AT = "tallyBeatAt"
 _WRITES = "tallyWrites@"
+HEARTBEAT_PREFIX = "tally#heartbeat#"
+
+
+def heartbeat_key(partition_key: str, sort_key: str | None, region: str) -> dict[str, str]:
+    """The key of ``region``'s heartbeat item on a table keyed by these attributes."""
+    key = {partition_key: f"{HEARTBEAT_PREFIX}{region}"}
+    return key | ({sort_key: "tally#heartbeat"} if sort_key else {})
+
+
+def heartbeat(image: Mapping[str, Any] | None) -> tuple[str, Decimal] | None:
+    """The Region and time (epoch seconds, its clock) of the heartbeat an item image is, if
+    it is one."""
+    if not image:
+        return None
+    origin, at = image.get(ORIGIN), image.get(BEAT_AT)
+    if not isinstance(origin, str) or not isinstance(at, Decimal) or not at.is_finite():
+        return None
+    return origin, at
 
 
 def writes(region: str) -> str:
@@ -58,4 +82,4 @@ def created_in(child_id: object) -> str | None:
 def is_regional(name: str) -> bool:
     """Whether an attribute is one of these (kept out of a child's payload and a user's
     attributes)."""
-    return name in (ORIGIN, CHILD_ID, HOME) or name.startswith(_WRITES)
+    return name in (ORIGIN, CHILD_ID, HOME, BEAT_AT) or name.startswith(_WRITES)

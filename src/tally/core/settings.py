@@ -58,6 +58,10 @@ class Settings(BaseModel):
     home_region: str | None = Field(default=None, alias="HOME_REGION")
     settle_seconds: int = Field(default=60, ge=1, le=900, alias="SETTLE_SECONDS")
     contended_after_repairs: int = Field(default=3, ge=1, le=1000, alias="CONTENDED_AFTER_REPAIRS")
+    # How often each Region's heartbeat is scheduled (the template's rate; the local pump
+    # beats at the local stack's): a link silent longer than the settle window and this is
+    # stalled.
+    heartbeat_seconds: int = Field(default=60, ge=1, le=3600, alias="HEARTBEAT_SECONDS")
     global_consistency: Literal["eventual", "strong"] = Field(
         default="eventual", alias="GLOBAL_CONSISTENCY"
     )

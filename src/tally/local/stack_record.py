@@ -81,6 +81,11 @@ class Replication:
         slowest = self.lag_p99_ms or self.lag_median_ms or 0
         return max(5, -(-10 * slowest // 1000))
 
+    def heartbeat_seconds(self) -> int:
+        """How often each Region's pump beats, playing the HeartbeatFunction's schedule: a
+        fifth of the settle window (AWS: once a minute), 1 s at least."""
+        return max(1, self.settle_seconds() // 5)
+
     def global_env(self) -> dict[str, str]:
         """What the functions of each Region read to run as on a Global Table."""
         if not self.regions:
@@ -88,6 +93,7 @@ class Replication:
         return {
             "GLOBAL_REGIONS": ",".join(self.regions),
             "SETTLE_SECONDS": str(self.settle_seconds()),
+            "HEARTBEAT_SECONDS": str(self.heartbeat_seconds()),
             "GLOBAL_CONSISTENCY": self.consistency,
         }
 

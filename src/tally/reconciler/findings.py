@@ -44,6 +44,9 @@ SEVERITY: dict[Kind, Severity] = {
     # Global Tables: a parent written from several Regions whose increments keep losing to
     # last writer wins: escalated instead of repaired again and again.
     "contended": "critical",
+    # Global Tables: replication from another Region stopped delivering (its heartbeat went
+    # silent) or was never heard: the home Region's settled findings wait for it.
+    "replication_stalled": "warning",
 }
 
 

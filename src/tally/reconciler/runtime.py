@@ -21,6 +21,7 @@ from tally.reconciler.report.rechecks import RecheckQueue
 from tally.reconciler.report.scheduling import PendingLooks
 from tally.reconciler.stats import Stats
 from tally.reconciler.store.parts import Store
+from tally.reconciler.table.heartbeats import Heartbeat
 from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules
@@ -51,7 +52,17 @@ def global_mode() -> GlobalMode | None:
         env.settle_seconds,
         env.contended_after_repairs,
         strong,
+        env.heartbeat_seconds,
     )
+
+
+def heartbeat() -> Heartbeat | None:
+    """This Region's heartbeat on a Global Table; None on a single-Region table."""
+    mode = global_mode()
+    if mode is None:
+        return None
+    env = settings()
+    return Heartbeat(_clients()[0], env.table_name, rules(), mode.region)
 
 
 def at_home() -> bool:
@@ -172,6 +183,12 @@ def emit_metrics(verified: Reconciler) -> None:
         metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)
     for lifetime in stats.drift_lifetimes:
         metrics.add_metric(name="DriftLifetime", unit=MetricUnit.Seconds, value=lifetime)
+    metrics.add_metric(name="SettledFindingsHeld", unit=count, value=stats.held)
+    for source, lag in stats.replication_lags:
+        with single_metric(
+            name="ReplicationLag", unit=MetricUnit.Seconds, value=lag, namespace=metrics.namespace
+        ) as one:
+            one.add_dimension(name="Source", value=source)
     for behind in reads.index_behind:
         metrics.add_metric(name="IndexBehindSeconds", unit=MetricUnit.Seconds, value=behind)
     for dimension, counts in (("Kind", stats.findings), ("Outcome", stats.repairs)):

@@ -61,6 +61,9 @@ class Stats:
     findings: Counter[str] = field(default_factory=Counter)
     repairs: Counter[str] = field(default_factory=Counter)
     drift_lifetimes: list[float] = field(default_factory=list)
+    # A Global Table: (source Region, seconds) measured on each heartbeat heard.
+    replication_lags: list[tuple[str, float]] = field(default_factory=list)
+    held: int = 0  # settled findings held while a replication link was behind
     errors: list[str] = field(default_factory=list)
 
     def count(self, outcomes: Iterable[Outcome]) -> None:

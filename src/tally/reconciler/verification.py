@@ -21,6 +21,7 @@ from tally.reconciler.checks.carry_book import CarryBook, CarryId
 from tally.reconciler.checks.counts import Counts
 from tally.reconciler.checks.followups import Followups
 from tally.reconciler.checks.groups import GroupVerifier
+from tally.reconciler.checks.links import ReplicationLinks
 from tally.reconciler.checks.looks import Looks
 from tally.reconciler.checks.regions import Contention, RegionLosses
 from tally.reconciler.checks.sequences import Sequences
@@ -96,9 +97,21 @@ class Reconciler:
         counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
         home = regions is not None and regions.at_home
         contention = Contention(regions, log, table.parents) if regions and home else None
-        self._looks = Looks(counts, table.parents, followups, store.recent, contention)
+        links = self._links = (
+            None
+            if regions is None
+            else ReplicationLinks(regions, store.links, reporter, book, table.name)
+        )
+        self._looks = Looks(
+            counts, table.parents, followups, store.recent, contention, links if home else None
+        )
         sequences = self._sequences = Sequences(
-            table.parents, table.members, store.watermarks, repairer, followups
+            table.parents,
+            table.members,
+            store.watermarks,
+            repairer,
+            followups,
+            links if home else None,
         )
         carries = self._carries = CarryBook(store.carries, scheduler, open_carries)
         self._groups = GroupVerifier(counts, sequences, carries, carrying=carrying)
@@ -155,8 +168,9 @@ class Reconciler:
 
     def verify_batch(self, records: Iterable[Any], deadline: Deadline | None = None) -> list[str]:
         """Verify one stream batch; return the sequence numbers to report as failed."""
-        if self._regions is not None:
+        if self._regions is not None and self._links is not None:
             records = list(records)
+            self._links.hear(records)
             self._regions.read_losses(records)
             records = self._regions.homed_here(records)
         batch = group_records(records, self.rules)

@@ -12,6 +12,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from tally.core.regions import HEARTBEAT_PREFIX
 from tally.rules.key_patterns import Pattern
 from tally.rules.rule_set import RuleSet
 from tally.rules.tally_rules import TallyRule
@@ -35,17 +36,25 @@ def partition_patterns(rules: RuleSet) -> list[Pattern] | None:
     return patterns
 
 
-def filter_pattern(rules: RuleSet) -> dict[str, Any]:
-    """The event filtering pattern, as a dict."""
+def filter_pattern(rules: RuleSet, *, heartbeats: bool = False) -> dict[str, Any]:
+    """The event filtering pattern, as a dict; with ``heartbeats`` (a Global Table), the
+    Regions' heartbeat items too, by their partition key's prefix."""
     table = rules.table
     patterns = partition_patterns(rules)
     elements = _EVERYTHING if patterns is None else _elements(patterns)
+    if heartbeats and elements != _EVERYTHING:
+        if table.partition_key_type != "S":
+            raise ValueError(
+                f"partition key {table.partition_key!r} is a {table.partition_key_type}: the "
+                "heartbeat item needs a string key (docs/global-tables.md)"
+            )
+        elements = [*elements, {"prefix": HEARTBEAT_PREFIX}]
     return {"dynamodb": {"Keys": {table.partition_key: {table.partition_key_type: elements}}}}
 
 
-def filter_json(rules: RuleSet) -> str:
+def filter_json(rules: RuleSet, *, heartbeats: bool = False) -> str:
     """The pattern as the template's ``StreamFilterPattern`` parameter takes it."""
-    return json.dumps(filter_pattern(rules), separators=(",", ":"))
+    return json.dumps(filter_pattern(rules, heartbeats=heartbeats), separators=(",", ":"))
 
 
 def _elements(patterns: list[Pattern]) -> list[Any]:

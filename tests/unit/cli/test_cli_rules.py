@@ -47,6 +47,28 @@ def test_rules_filter_prints_the_filter_of_the_named_file(
     assert json.loads(out)["dynamodb"]["Keys"]["pk"]["S"][0] == "orderCounter"
 
 
+def test_a_global_tables_filter_admits_the_heartbeats_and_nothing_else_more(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for rules in (ORDERS, SOCIAL, DEFAULT_RULES_FILE):
+        code, out, _ = run(capsys, "rules", "filter", "--global-table", "--rules", str(rules))
+        plain = json.loads(filter_json(load_rules(rules)))
+        [(pk, typed)] = plain["dynamodb"]["Keys"].items()
+        assert code == 0
+        assert json.loads(out) == {
+            "dynamodb": {"Keys": {pk: {"S": [*typed["S"], {"prefix": "tally#heartbeat#"}]}}}
+        }
+    numeric = tmp_path / "rules.toml"
+    numeric.write_text(
+        '[table]\npartition_key = "team"\nsort_key = "sk"\npartition_key_type = "N"\n\n'
+        '[[rules]]\nname = "members"\nkind = "count"\nparent = { team = "7", sk = "META" }\n'
+        'children = { sk = "MEMBER#*" }\ncounter = "members"\n'
+    )
+    code, out, err = run(capsys, "rules", "filter", "--global-table", "--rules", str(numeric))
+    assert code != 0 and out == "" and "Traceback" not in err
+    assert "--global-table" in err and "'team'" in err
+
+
 def test_rules_file_variable_is_honoured_and_the_flag_beats_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -114,6 +114,7 @@ def test_the_strongly_consistent_profile_has_three_regions_one_database_and_no_l
     assert strong.replication().global_env() == {
         "GLOBAL_REGIONS": "us-east-1,eu-west-1,ap-southeast-2",
         "SETTLE_SECONDS": "5",
+        "HEARTBEAT_SECONDS": "1",  # the pump beats every Region each fifth of the window
         "GLOBAL_CONSISTENCY": "strong",  # its repairs written apart: no transaction on it
     }
     with pytest.raises(ValueError, match="exactly three Regions, not 2"):
@@ -240,5 +241,6 @@ def test_the_functions_settle_window_is_ten_times_the_slowest_lag(
     assert replication.global_env() == {
         "GLOBAL_REGIONS": "us-east-1,eu-west-1",
         "SETTLE_SECONDS": str(settle),
+        "HEARTBEAT_SECONDS": str(max(1, settle // 5)),
         "GLOBAL_CONSISTENCY": "eventual",
     }

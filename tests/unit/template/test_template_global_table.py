@@ -67,10 +67,12 @@ def stream_mapping(deployment: Deployment) -> dict[str, Any]:
     return mapping
 
 
-def schedules(deployment: Deployment) -> list[str]:
+def schedules(deployment: Deployment, of: str = "Audit") -> list[str]:
+    """The states of the schedules of the full audit (its two engines), or of ``of``."""
     return [
         deployment.resolve(s["Properties"]["State"])
-        for s in of_type(deployment, "AWS::Scheduler::Schedule").values()
+        for name, s in of_type(deployment, "AWS::Scheduler::Schedule").items()
+        if name.startswith(of)
     ]
 
 
@@ -122,7 +124,7 @@ def test_every_function_knows_the_regions_the_home_and_the_table(
 ) -> None:
     deployment = Deployment(parameters)
     functions = of_type(deployment, "AWS::Lambda::Function")
-    assert len(functions) == 6
+    assert len(functions) == 7  # the six of every stack, and the heartbeat
     for function in functions.values():
         variables = deployment.resolve(function["Properties"]["Environment"]["Variables"])
         assert variables["GLOBAL_REGIONS"] == parameters["GlobalRegions"]
@@ -136,6 +138,25 @@ def test_the_full_audit_is_scheduled_in_the_home_region_only(
     assert sorted(schedules(home)) == ["DISABLED", "ENABLED"]
     assert schedules(replica) == ["DISABLED", "DISABLED"]
     assert sorted(schedules(Deployment({}))) == ["DISABLED", "ENABLED"]
+
+
+def test_every_region_beats_once_a_minute_and_a_single_region_stack_not_at_all(
+    home: Deployment, replica: Deployment
+) -> None:
+    for deployment in (home, replica):
+        assert schedules(deployment, "HeartbeatFunction") == ["ENABLED"]
+        [beat] = [
+            s["Properties"]
+            for name, s in of_type(deployment, "AWS::Scheduler::Schedule").items()
+            if name.startswith("HeartbeatFunction")
+        ]
+        assert beat["ScheduleExpression"] == "rate(1 minute)"
+        functions = of_type(deployment, "AWS::Lambda::Function")
+        heart = deployment.resolve(functions["HeartbeatFunction"]["Properties"])
+        assert heart["Environment"]["Variables"]["HEARTBEAT_SECONDS"] == "60"
+    single = Deployment({})
+    assert schedules(single, "HeartbeatFunction") == []
+    assert "HeartbeatFunction" not in of_type(single, "AWS::Lambda::Function")
 
 
 def test_a_single_region_stack_is_unchanged() -> None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from tally.reconciler.checks.counts import Counts, Snapshot, reference_state
 from tally.reconciler.checks.followups import Followups, observation
+from tally.reconciler.checks.links import ReplicationLinks
 from tally.reconciler.checks.regions import ESCALATED, Contention
 from tally.reconciler.protocol import lifecycle, stamps
 from tally.reconciler.protocol.judgement import ParentState
@@ -37,12 +38,14 @@ class Looks:
         followups: Followups,
         recent: RecentChildren,
         contention: Contention | None = None,
+        links: ReplicationLinks | None = None,
     ):
         self._counts = counts
         self._table = table
         self._followups = followups
         self._recent = recent
         self._contention = contention  # a Global Table's home Region only
+        self._links = links  # likewise
 
     def verify(self, rule: TallyRule, key: Key, sent: Recheck | None, done: Done) -> None:
         """Recount one parent outside a batch (a recheck ``sent`` to it, or the full audit): a
@@ -97,6 +100,13 @@ class Looks:
             held = f"the same counter and truth {rule.lag_seconds} s apart: replication settled"
             why = f"the rule's repair is {rule.repair!r}: alerted, not repaired"
         settled = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
+        waiting = self._links.held() if self._links is not None else None
+        if waiting:
+            # Replication from a Region is behind (checks.links): the writes it holds may be
+            # this imbalance's other half. Judged again a window later, from what this saw.
+            self._followups.unconfirmed(finding)
+            self._followups.schedule(rule, key, 0, f"held: {waiting}", seen)
+            return
         if rule.repair != "auto":
             self._followups.skip(settled, why)
             return

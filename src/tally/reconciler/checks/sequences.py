@@ -14,6 +14,7 @@ from typing import Any
 from tally.core.numbers import counter_problem
 from tally.reconciler.checks.followups import Followups
 from tally.reconciler.checks.ledger import MemberLedger
+from tally.reconciler.checks.links import ReplicationLinks
 from tally.reconciler.findings import Finding, Repair, shown
 from tally.reconciler.protocol import gaps
 from tally.reconciler.protocol.judgement import Kind, ParentState, valid_revision
@@ -43,8 +44,12 @@ class Sequences:
         store: Watermarks,
         repairer: Repairer,
         followups: Followups,
+        links: ReplicationLinks | None = None,
     ):
+        """``links``: a Global Table's home Region, whose gaps wait while replication from
+        another Region is behind (``checks.links``)."""
         self._parents, self._members = parents, members
+        self._links = links
         self._store = store
         self._repairer = repairer
         self._followups = followups
@@ -111,6 +116,15 @@ class Sequences:
         recheck carries (numbers handed out at least a grace period ago).
         """
         key = dict(recheck.key)
+        waiting = self._links.held() if self._links is not None else None
+        if waiting:
+            # A member held on a stalled link would be alerted as a gap: judged later.
+            done.append(Outcome.DEFERRED)
+            reason = f"held: {waiting}"
+            self._followups.schedule(
+                rule, key, recheck.counter_seen, reason, delay=rule.grace_seconds
+            )
+            return
         watermark, epoch = self._store.sequence_state(rule.name, key)
         if recheck.epoch != epoch:
             # The counter item was removed since the horizon was seen: its numbers belong to

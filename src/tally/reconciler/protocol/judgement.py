@@ -23,6 +23,7 @@ Kind = Literal[
     "unindexed",
     "overwritten",
     "contended",
+    "replication_stalled",
 ]
 _ABSENT = None
 

@@ -120,6 +120,7 @@ class GlobalMode:
     settle_seconds: int
     contended_after: int = CONTENDED_AFTER
     strong: bool = False
+    heartbeat_seconds: int = 60
 
     def __post_init__(self) -> None:
         if self.region not in self.regions or self.home not in self.regions:
@@ -129,6 +130,76 @@ class GlobalMode:
     def at_home(self) -> bool:
         """Whether this Region judges the parents (recounts, gaps, the full audit)."""
         return self.region == self.home
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The Regions whose writes replicate into this one."""
+        return tuple(r for r in self.regions if r != self.region)
+
+
+@dataclass(frozen=True)
+class Link:
+    """The newest heartbeat this Region heard from ``source``: when it beat there (the
+    source's clock) and when its record arrived here (this Region's stream)."""
+
+    source: str
+    beat_at: Decimal
+    arrived_at: Decimal
+
+    @property
+    def lag(self) -> Decimal:
+        """Replication's lag on this link, measured on that beat (0 if the clocks disagree
+        the other way)."""
+        return max(Decimal(0), self.arrived_at - self.beat_at)
+
+
+@dataclass(frozen=True)
+class Behind:
+    """A link replication cannot be trusted to have settled on, and why."""
+
+    source: str
+    why: Literal["unheard", "stalled", "slow"]
+    link: Link | None = None
+    age: Decimal | None = None  # how old the newest beat heard is, stalled
+
+    def describe(self) -> str:
+        if self.why == "unheard" or self.link is None:
+            return (
+                f"no heartbeat heard from {self.source} yet (its stack deployed? the stream "
+                "filter made with `tally rules filter --global-table`?)"
+            )
+        if self.why == "stalled":
+            return (
+                f"replication from {self.source} stalled: its newest heartbeat heard here is "
+                f"{self.age:.0f} s old"
+            )
+        return f"replication from {self.source} lags {self.link.lag:.1f} s, over the window"
+
+
+def links_behind(
+    sources: tuple[str, ...],
+    links: Mapping[str, Link],
+    now: Decimal,
+    settle_seconds: int,
+    heartbeat_seconds: int,
+) -> list[Behind]:
+    """The links from ``sources`` that an imbalance cannot wait out (docs/global-tables.md,
+    "Heartbeats"): none heard yet; stalled (its newest heartbeat is older than the settle
+    window and one beat interval: the beats after it are held somewhere, and so may be
+    writes); or slow (the lag measured on its newest heartbeat is longer than the window).
+    An imbalance is evidence only once every link is live and inside the window."""
+    behind: list[Behind] = []
+    for source in sources:
+        link = links.get(source)
+        if link is None:
+            behind.append(Behind(source, "unheard"))
+            continue
+        age = now - link.beat_at
+        if age > settle_seconds + heartbeat_seconds:
+            behind.append(Behind(source, "stalled", link, age))
+        elif link.lag > settle_seconds:
+            behind.append(Behind(source, "slow", link))
+    return behind
 
 
 def settled_rules(rules: RuleSet, settle_seconds: int) -> RuleSet:

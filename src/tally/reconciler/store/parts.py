@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tally.reconciler.store.carries import Carries
+from tally.reconciler.store.links import Links
 from tally.reconciler.store.log import FindingLog
 from tally.reconciler.store.outbox import AlertOutbox
 from tally.reconciler.store.recent import RecentChildren
@@ -31,3 +32,4 @@ class Store:
         self.watermarks = Watermarks(client, table_name, clock)
         self.carries = Carries(client, table_name, clock)
         self.recent = RecentChildren(client, table_name, clock)  # the stream's window
+        self.links = Links(client, table_name, clock)  # a Global Table's replication links

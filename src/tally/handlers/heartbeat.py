@@ -1,0 +1,25 @@
+"""Scheduled heartbeat of a Global Table's Region: the other Regions measure their link from
+here by it (docs/global-tables.md, "Heartbeats")."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from tally.core.observability import logger, metrics, tracer
+from tally.reconciler import runtime
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    beating = runtime.heartbeat()
+    if beating is None:
+        return {"skipped": "not a Global Table: no Region to beat to"}
+    now = Decimal(time.time_ns() // 1_000_000) / 1000
+    beating.beat(now)
+    return {"region": beating.region, "beatAt": str(now)}

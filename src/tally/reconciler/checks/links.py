@@ -1,0 +1,133 @@
+"""Replication links into a Global Table's Region (docs/global-tables.md, "Heartbeats"):
+the heartbeats heard on this Region's stream, the lag measured on each, and, in the home
+Region, the hold on a settled finding while a link is behind.
+
+A settled imbalance is evidence only once replication from every other Region is live and
+inside the settle window, measured: otherwise the writes a stalled link holds would arrive
+after a repair (and lose to it), or a member on its way would be alerted as a gap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from tally.core.dynamodb import deserialize
+from tally.core.regions import BEAT_AT, heartbeat
+from tally.core.timefmt import epoch_iso
+from tally.reconciler.findings import Finding, Repair
+from tally.reconciler.protocol.regions import Behind, GlobalMode, links_behind
+from tally.reconciler.report.reporter import Reporter
+from tally.reconciler.stats import StatsBook
+from tally.reconciler.store.links import Links
+
+HELD = "a settled finding waits while replication from another Region is behind"
+RULE = "replication"  # what a stalled link's finding names as its rule: it is no rule's
+
+
+class ReplicationLinks:
+    """This Region's links: heard from its stream, judged before a settled finding acts."""
+
+    def __init__(
+        self,
+        mode: GlobalMode,
+        links: Links,
+        reporter: Reporter,
+        book: StatsBook,
+        table_name: str,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.mode = mode
+        self._links = links
+        self._reporter = reporter
+        self._book = book
+        self._table = table_name
+        self._clock = clock
+        self._behind: list[Behind] | None = None  # judged once per invocation
+
+    def hear(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Note each heartbeat of another Region's in ``records``; how many. A record that
+        cannot be read is not one (the protocol counts it as it would any other)."""
+        heard = 0
+        for record in records:
+            beat = _beat(record)
+            if beat is None or beat[0] == self.mode.region or beat[0] not in self.mode.regions:
+                continue
+            source, beat_at, arrived = beat
+            arrived_at = arrived if arrived is not None else Decimal(str(self._clock()))
+            if self._links.heard(source, beat_at, arrived_at):
+                lag = max(Decimal(0), arrived_at - beat_at)
+                self._book().replication_lags.append((source, float(lag)))
+                heard += 1
+        if heard:
+            self._behind = None
+        return heard
+
+    def behind(self) -> list[Behind]:
+        """The links a settled finding cannot wait out now; none on MRSC (a write is in every
+        Region when it is answered)."""
+        if self.mode.strong:
+            return []
+        if self._behind is None:
+            now = Decimal(str(self._clock()))
+            heard = self._links.links(self.mode.sources)
+            self._behind = links_behind(
+                self.mode.sources,
+                heard,
+                now,
+                self.mode.settle_seconds,
+                self.mode.heartbeat_seconds,
+            )
+        return self._behind
+
+    def held(self) -> str | None:
+        """Why a settled finding must wait (each stalled or unheard link alerted once per
+        stall), or None when every link is live and inside the window."""
+        behind = self.behind()
+        if not behind:
+            return None
+        self._book().held += 1
+        for link in behind:
+            if link.why != "slow":
+                self._reporter.alert_unrepaired(self._stalled(link))
+        return "; ".join(b.describe() for b in behind)
+
+    def _stalled(self, link: Behind) -> Finding:
+        """One finding per stall: its identity is the newest beat heard (the same while the
+        link stays stalled; a new stall after it came back is a new finding)."""
+        beat = None if link.link is None else epoch_iso(float(link.link.beat_at))
+        finding = Finding(
+            kind="replication_stalled",
+            rule=RULE,
+            table=self._table,
+            key={"source": link.source, "region": self.mode.region},
+            attribute=BEAT_AT,
+            stored=beat,
+            actual=None,
+            detail=(
+                f"{link.describe()}; settled findings wait (no repair, no alert) until it is "
+                f"live again (window {self.mode.settle_seconds} s + one heartbeat, "
+                f"{self.mode.heartbeat_seconds} s)"
+            ),
+            region=self.mode.region,
+        )
+        return replace(finding, repair=Repair("skipped", HELD))
+
+
+def _beat(record: Mapping[str, Any]) -> tuple[str, Decimal, Decimal | None] | None:
+    try:
+        stream = record.get("dynamodb") or {}
+        new = stream.get("NewImage")
+        if not isinstance(new, Mapping) or BEAT_AT not in new:
+            return None  # the cheap test first
+        beat = heartbeat(deserialize(new))
+        if beat is None:
+            return None
+        arrived = stream.get("ApproximateCreationDateTime")
+        at = Decimal(str(arrived)) if isinstance(arrived, (int, float, Decimal)) else None
+        return beat[0], beat[1], at
+    except Exception:  # a forged or damaged record: not a heartbeat
+        return None
