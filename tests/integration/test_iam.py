@@ -34,7 +34,7 @@ from tally.core.regions import CHILD_ID, ORIGIN
 from tally.core.settings import settings
 from tally.handlers import audit as audit_handler
 from tally.handlers import audit_candidates as candidates_handler
-from tally.handlers import writer_api
+from tally.handlers import heartbeat, writer_api
 from tally.local import examples, runner
 from tally.local.audit_duckdb import query_rows
 from tally.local.exports import export_files, write_export
@@ -66,6 +66,7 @@ CODE_FUNCTIONS = (
     "AuditCandidatesFunction",
     "AuditQueryFunction",
     "WriterFunction",
+    "HeartbeatFunction",  # a Global Table's stacks only
 )
 SHAPES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "rules.toml").is_file())
 # Grants no code path calls, and why each stays. Keys: "<statement label>" (all its actions)
@@ -288,6 +289,15 @@ def test_global_table_writer_stream_and_rechecks_in_the_home_region(
     assert {"GlobalTable"} <= set(deployments["global home"].resources) - {"Table"}
     assert not {"Table", "GlobalTable"} & set(deployments["global replica"].resources)
     with scenario(recorder, evidence, deployments, "global", modes):
+        # eu-west-1's heartbeat, as its stack's schedule puts it and replication brings it:
+        # the home Region judges only while every link is live.
+        monkeypatch.setenv("AWS_REGION", "eu-west-1")
+        settings.cache_clear()
+        runtime.global_mode.cache_clear()
+        assert heartbeat.handler({}, lambda_context())["region"] == "eu-west-1"
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        settings.cache_clear()
+        runtime.global_mode.cache_clear()
         like = {"PK": "POST#g1", "SK": "LIKE#USER#1"}
         assert invoke("POST", "/children", {"key": like})[0] == 201
         assert invoke("POST", "/children", {"key": {**like, "SK": "LIKE#USER#2"}})[0] == 201

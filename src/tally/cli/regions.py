@@ -18,7 +18,6 @@ import tally.cli.console as console
 from tally.cli.console import UsageError
 from tally.local import regions as local_regions
 from tally.local import stack_record
-from tally.local.heartbeats import Beats
 from tally.local.stack_record import LocalStack
 from tally.local.state import SAM_ENV_FILE
 
@@ -135,9 +134,7 @@ def pump_every_region(stack: LocalStack, options: argparse.Namespace, rules: Pat
     for relay in relays:
         relay.start()
     codes: dict[str, int] = {}
-    # The HeartbeatFunction's schedule, while the pumps serve (docs/global-tables.md).
-    beats = Beats(stack, rules or stack_record.env(stack)["RULES_FILE"])
-    with _passed_on(children) as stopping, beats:
+    with _passed_on(children) as stopping:
         try:
             while len(codes) < len(children):
                 for region, child in children.items():

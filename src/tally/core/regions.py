@@ -9,9 +9,9 @@ from its own stream, that a write of its own was overwritten by last-writer-wins
   ours and holds fewer of ours lost the difference.
 
 - ``tallyBeatAt`` on a Region's heartbeat item (``tally#heartbeat#<Region>``, written by that
-  Region's reconciler stack on a schedule, and by no one else): when, by that Region's clock,
-  it last beat. Another Region reads from its arrival how far replication from there lags,
-  and from its age whether the link stalled.
+  Region's stack on a schedule, and by no one else): when, by that Region's clock, it last
+  beat. Another Region reads from its arrival how far replication from there lags, and from
+  its age in its own replica whether the link stalled.
 
 - ``tallyHome`` on a parent or sequence counter (set by the team, not the writers): the one
   Region whose writers may change it. A writer in another Region is refused before anything

@@ -17,9 +17,9 @@ from tally.reconciler import runtime
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    beating = runtime.heartbeat()
-    if beating is None:
+    mode = runtime.global_mode()
+    if mode is None:
         return {"skipped": "not a Global Table: no Region to beat to"}
     now = Decimal(time.time_ns() // 1_000_000) / 1000
-    beating.beat(now)
-    return {"region": beating.region, "beatAt": str(now)}
+    runtime.heartbeats().beat(mode.region, now)
+    return {"region": mode.region, "beatAt": str(now)}

@@ -1,34 +1,74 @@
-"""The HeartbeatFunction's schedule, played locally: while `tally pump` serves a multi-Region
-stack, each Region's heartbeat is written through its own front (its clock, its replication)
-every ``HEARTBEAT_SECONDS`` of the stack, by the same code the function runs, stamped by the
-Region's clock (skewed as `tally local up --skew-ms` says)."""
+"""The HeartbeatFunction's schedule, played locally: for as long as a multi-Region stack runs
+(in its emulator's process, started by `tally local up --regions` and stopped by `tally local
+down`), each Region's heartbeat is put through that Region's own front every
+``HEARTBEAT_SECONDS`` of the stack, by the code the function runs, stamped by the Region's
+clock (skewed as `--skew-ms` says). A Region taken offline keeps beating, its beats held for
+the others, as a Region cut off in AWS keeps its schedule."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
+from typing import Any
 
-from tally.local.stack_record import LocalStack
-from tally.reconciler.table.heartbeats import Heartbeat
-from tally.rules import load_rules
+import boto3
+
+from tally.reconciler.table.heartbeats import Heartbeats
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What beats: every ``seconds``, the table's heartbeat items under these key names."""
+
+    seconds: float
+    table: str
+    partition_key: str
+    sort_key: str | None
+    skew_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "seconds": self.seconds,
+            "table": self.table,
+            "partition_key": self.partition_key,
+            "sort_key": self.sort_key,
+        }
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any], skew_ms: Mapping[str, float]) -> Schedule:
+        return cls(
+            float(given["seconds"]),
+            str(given["table"]),
+            str(given["partition_key"]),
+            given.get("sort_key"),
+            dict(skew_ms),
+        )
 
 
 class Beats:
-    """A thread that beats every Region of ``stack`` until stopped; a Region that does not
-    answer misses that beat (as a failed scheduled invocation would)."""
+    """A thread that beats every Region until stopped; a Region that does not answer (or a
+    table not made yet) misses that beat, as a failed scheduled invocation would."""
 
-    def __init__(self, stack: LocalStack, rules_file: Path | str):
-        if stack.replication is None:
-            raise ValueError("heartbeats beat on a multi-Region stack only")
-        rules = load_rules(rules_file)
-        self.seconds = stack.replication.heartbeat_seconds()
-        skew = stack.replication.skew_ms
-        self._hearts = [
-            (Heartbeat(s.client("dynamodb"), s.table_name, rules, s.region), skew.get(s.region, 0))
-            for s in (stack.in_region(r) for r in stack.regions)
-        ]
+    def __init__(self, schedule: Schedule, endpoints: Mapping[str, str]):
+        self.schedule = schedule
+        self._hearts = {
+            region: Heartbeats(
+                boto3.client(
+                    "dynamodb",
+                    endpoint_url=endpoint,
+                    region_name=region,
+                    aws_access_key_id="local",
+                    aws_secret_access_key="local",
+                ),
+                schedule.table,
+                schedule.partition_key,
+                schedule.sort_key,
+            )
+            for region, endpoint in endpoints.items()
+        }
         self.beats = 0
         self.missed = 0
         self._stop = threading.Event()
@@ -44,11 +84,12 @@ class Beats:
 
     def _run(self) -> None:
         while True:
-            for heart, skew_ms in self._hearts:
+            for region, hearts in self._hearts.items():
+                skew = int(self.schedule.skew_ms.get(region, 0))
                 try:
-                    heart.beat(Decimal(time.time_ns() // 1_000_000 + skew_ms) / 1000)
+                    hearts.beat(region, Decimal(time.time_ns() // 1_000_000 + skew) / 1000)
                     self.beats += 1
-                except Exception:  # a Region not answering: this beat is missed
+                except Exception:  # a Region not answering, a table not made yet: missed
                     self.missed += 1
-            if self._stop.wait(self.seconds):
+            if self._stop.wait(self.schedule.seconds):
                 return

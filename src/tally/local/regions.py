@@ -30,6 +30,7 @@ import boto3
 from tally.local import stack as local_stack
 from tally.local.dynamodb_local import DynamoDBLocalUnavailable, tail
 from tally.local.dynamodb_local import command as dynamodb_command
+from tally.local.heartbeats import Schedule
 from tally.local.stack_record import (
     LocalStack,
     LocalStackError,
@@ -161,8 +162,15 @@ class Layout:
         )
 
 
-def emulator_settings(layout: Layout, databases: dict[str, str], table: str) -> dict[str, object]:
-    """The emulator's settings file (``python -m tally.local.replication SETTINGS``)."""
+def emulator_settings(
+    layout: Layout,
+    databases: dict[str, str],
+    table: str,
+    keys: tuple[str, str | None] = ("PK", "SK"),
+) -> dict[str, object]:
+    """The emulator's settings file (``python -m tally.local.replication SETTINGS``): and, on
+    an eventually consistent table, the heartbeats' schedule its process plays (the table's
+    key names ``keys``)."""
     replication = layout.replication()
     lag = None
     if replication.lag_median_ms is not None:
@@ -177,6 +185,11 @@ def emulator_settings(layout: Layout, databases: dict[str, str], table: str) -> 
         "seed": 0,
         "conflict_window_ms": 50,
         "ports": {},  # free ones: the emulator prints them
+        "heartbeat": (
+            Schedule(replication.heartbeat_seconds(), table, *keys).as_json()
+            if layout.consistency == "eventual"
+            else None
+        ),
     }
 
 
@@ -254,7 +267,11 @@ def up(
         # The emulator once every database answers: its replicator reads them from the start.
         settings = state_dir / REPLICATION_SETTINGS
         counted_name = f"{prefix}-{TABLE}"
-        settings.write_text(json.dumps(emulator_settings(layout, urls, counted_name), indent=2))
+        schema = {k["KeyType"]: k["AttributeName"] for k in table.kwargs["KeySchema"]}
+        keys = (schema["HASH"], schema.get("RANGE"))
+        settings.write_text(
+            json.dumps(emulator_settings(layout, urls, counted_name, keys), indent=2)
+        )
         emulator = local_stack._spawn(
             [sys.executable, "-m", local_stack.EMULATOR_MARKER, str(settings)],
             cwd=state_dir,

@@ -21,7 +21,7 @@ from tally.reconciler.report.rechecks import RecheckQueue
 from tally.reconciler.report.scheduling import PendingLooks
 from tally.reconciler.stats import Stats
 from tally.reconciler.store.parts import Store
-from tally.reconciler.table.heartbeats import Heartbeat
+from tally.reconciler.table.heartbeats import Heartbeats
 from tally.reconciler.table.tally_table import TallyTable
 from tally.reconciler.verification import Reconciler
 from tally.rules import RuleSet, load_rules
@@ -56,13 +56,9 @@ def global_mode() -> GlobalMode | None:
     )
 
 
-def heartbeat() -> Heartbeat | None:
-    """This Region's heartbeat on a Global Table; None on a single-Region table."""
-    mode = global_mode()
-    if mode is None:
-        return None
-    env = settings()
-    return Heartbeat(_clients()[0], env.table_name, rules(), mode.region)
+def heartbeats() -> Heartbeats:
+    """The table's heartbeat items (a Global Table's), refused if a rule claims their key."""
+    return Heartbeats.of(_clients()[0], settings().table_name, rules())
 
 
 def at_home() -> bool:

@@ -100,7 +100,9 @@ class Reconciler:
         links = self._links = (
             None
             if regions is None
-            else ReplicationLinks(regions, store.links, reporter, book, table.name)
+            else ReplicationLinks(
+                regions, table.heartbeats, store.links, reporter, book, table.name
+            )
         )
         self._looks = Looks(
             counts, table.parents, followups, store.recent, contention, links if home else None

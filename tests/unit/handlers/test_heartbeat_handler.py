@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from tally.core.settings import settings
 from tally.reconciler import runtime
-from tally.reconciler.table.heartbeats import Heartbeat, HeartbeatKeyError
+from tally.reconciler.table.heartbeats import HeartbeatKeyError, Heartbeats
 from tally.rules import DEFAULT_RULES_FILE, load_rules, parse_rules
 from tests.utils import deserialize, lambda_context
 
@@ -103,7 +103,7 @@ def test_a_rule_claiming_the_heartbeat_key_or_a_numeric_key_is_refused() -> None
         }
     )
     with pytest.raises(HeartbeatKeyError, match="rule 'everything' claims the heartbeat key"):
-        Heartbeat(object(), TABLE, claims, "eu-west-1")
+        Heartbeats.of(object(), TABLE, claims)
     numeric = parse_rules(
         {
             "table": {"partition_key": "team", "sort_key": "sk", "partition_key_type": "N"},
@@ -119,9 +119,9 @@ def test_a_rule_claiming_the_heartbeat_key_or_a_numeric_key_is_refused() -> None
         }
     )
     with pytest.raises(HeartbeatKeyError, match="'team' is a N"):
-        Heartbeat(object(), TABLE, numeric, "eu-west-1")
+        Heartbeats.of(object(), TABLE, numeric)
     # The bundled rules leave the key alone.
-    assert Heartbeat(object(), TABLE, load_rules(DEFAULT_RULES_FILE), "eu-west-1").key == {
+    assert Heartbeats.of(object(), TABLE, load_rules(DEFAULT_RULES_FILE)).key("eu-west-1") == {
         "PK": "tally#heartbeat#eu-west-1",
         "SK": "tally#heartbeat",
     }
@@ -132,4 +132,4 @@ def test_no_rule_file_in_the_repository_claims_the_heartbeat_key() -> None:
     for path in [DEFAULT_RULES_FILE, *sorted((root / "examples").rglob("rules.toml"))]:
         rules = load_rules(path)
         if rules.table.partition_key_type == "S":
-            Heartbeat(object(), TABLE, rules, "eu-west-1")
+            Heartbeats.of(object(), TABLE, rules)

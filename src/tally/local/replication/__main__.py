@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from tally.local.heartbeats import Beats, Schedule
 from tally.local.replication.emulator import Emulator, EmulatorError, Settings
 from tally.local.replication.replicator import Lag
 
@@ -48,7 +50,12 @@ def main(argv: list[str]) -> int:
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    with emulator:
+    given = json.loads(Path(argv[0]).read_text()).get("heartbeat")
+    with contextlib.ExitStack() as running:
+        running.enter_context(emulator)
+        if given:  # the stack's HeartbeatFunction schedule, played while it runs
+            schedule = Schedule.of(given, emulator.settings.skew_ms)
+            running.enter_context(Beats(schedule, emulator.endpoints()))
         print(json.dumps(emulator.endpoints()), flush=True)
         stopping.wait()
     return 0

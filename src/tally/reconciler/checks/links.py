@@ -1,6 +1,7 @@
 """Replication links into a Global Table's Region (docs/global-tables.md, "Heartbeats"):
-the heartbeats heard on this Region's stream, the lag measured on each, and, in the home
-Region, the hold on a settled finding while a link is behind.
+the heartbeats heard on this Region's stream and the lag measured on each; in the home
+Region, the heartbeats its replica holds, and the hold on a settled finding while a link is
+behind.
 
 A settled imbalance is evidence only once replication from every other Region is live and
 inside the settle window, measured: otherwise the writes a stalled link holds would arrive
@@ -23,6 +24,7 @@ from tally.reconciler.protocol.regions import Behind, GlobalMode, links_behind
 from tally.reconciler.report.reporter import Reporter
 from tally.reconciler.stats import StatsBook
 from tally.reconciler.store.links import Links
+from tally.reconciler.table.heartbeats import Heartbeats
 
 HELD = "a settled finding waits while replication from another Region is behind"
 RULE = "replication"  # what a stalled link's finding names as its rule: it is no rule's
@@ -34,6 +36,7 @@ class ReplicationLinks:
     def __init__(
         self,
         mode: GlobalMode,
+        beats: Heartbeats,
         links: Links,
         reporter: Reporter,
         book: StatsBook,
@@ -41,6 +44,7 @@ class ReplicationLinks:
         clock: Callable[[], float] = time.time,
     ):
         self.mode = mode
+        self._beats = beats
         self._links = links
         self._reporter = reporter
         self._book = book
@@ -72,11 +76,13 @@ class ReplicationLinks:
         if self.mode.strong:
             return []
         if self._behind is None:
+            sources = self.mode.sources
+            beats = self._beats.newest(sources)
             now = Decimal(str(self._clock()))
-            heard = self._links.links(self.mode.sources)
             self._behind = links_behind(
-                self.mode.sources,
-                heard,
+                sources,
+                beats,
+                self._links.links(sources),
                 now,
                 self.mode.settle_seconds,
                 self.mode.heartbeat_seconds,
@@ -98,7 +104,7 @@ class ReplicationLinks:
     def _stalled(self, link: Behind) -> Finding:
         """One finding per stall: its identity is the newest beat heard (the same while the
         link stays stalled; a new stall after it came back is a new finding)."""
-        beat = None if link.link is None else epoch_iso(float(link.link.beat_at))
+        beat = None if link.beat_at is None else epoch_iso(float(link.beat_at))
         finding = Finding(
             kind="replication_stalled",
             rule=RULE,

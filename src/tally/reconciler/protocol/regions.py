@@ -139,8 +139,8 @@ class GlobalMode:
 
 @dataclass(frozen=True)
 class Link:
-    """The newest heartbeat this Region heard from ``source``: when it beat there (the
-    source's clock) and when its record arrived here (this Region's stream)."""
+    """The newest heartbeat this Region's stream brought from ``source``: when it beat there
+    (the source's clock) and when its record arrived here."""
 
     source: str
     beat_at: Decimal
@@ -159,46 +159,51 @@ class Behind:
 
     source: str
     why: Literal["unheard", "stalled", "slow"]
-    link: Link | None = None
-    age: Decimal | None = None  # how old the newest beat heard is, stalled
+    beat_at: Decimal | None = None  # the newest heartbeat this Region holds from it
+    age: Decimal | None = None  # how old that is (stalled)
+    lag: Decimal | None = None  # the lag measured on the newest heard (slow)
 
     def describe(self) -> str:
-        if self.why == "unheard" or self.link is None:
+        if self.why == "unheard":
             return (
-                f"no heartbeat heard from {self.source} yet (its stack deployed? the stream "
-                "filter made with `tally rules filter --global-table`?)"
+                f"no heartbeat from {self.source} in this Region's replica (its stack "
+                "deployed and beating?)"
             )
         if self.why == "stalled":
             return (
-                f"replication from {self.source} stalled: its newest heartbeat heard here is "
+                f"replication from {self.source} stalled: its newest heartbeat here is "
                 f"{self.age:.0f} s old"
             )
-        return f"replication from {self.source} lags {self.link.lag:.1f} s, over the window"
+        return f"replication from {self.source} lags {self.lag:.1f} s, over the window"
 
 
 def links_behind(
     sources: tuple[str, ...],
-    links: Mapping[str, Link],
+    beats: Mapping[str, Decimal],
+    heard: Mapping[str, Link],
     now: Decimal,
     settle_seconds: int,
     heartbeat_seconds: int,
 ) -> list[Behind]:
     """The links from ``sources`` that an imbalance cannot wait out (docs/global-tables.md,
-    "Heartbeats"): none heard yet; stalled (its newest heartbeat is older than the settle
-    window and one beat interval: the beats after it are held somewhere, and so may be
-    writes); or slow (the lag measured on its newest heartbeat is longer than the window).
+    "Heartbeats"), from the heartbeats this Region's replica holds (``beats``: when each
+    source last beat, as far as replication brought it) and the lags its stream measured
+    (``heard``): none in the replica (**unheard**); its newest heartbeat here older than the
+    settle window and one beat interval (**stalled**: the beats after it are held somewhere,
+    and so may be writes); or the lag last measured on it longer than the window (**slow**).
     An imbalance is evidence only once every link is live and inside the window."""
     behind: list[Behind] = []
     for source in sources:
-        link = links.get(source)
-        if link is None:
+        beat_at = beats.get(source)
+        if beat_at is None:
             behind.append(Behind(source, "unheard"))
             continue
-        age = now - link.beat_at
+        age = now - beat_at
+        link = heard.get(source)
         if age > settle_seconds + heartbeat_seconds:
-            behind.append(Behind(source, "stalled", link, age))
-        elif link.lag > settle_seconds:
-            behind.append(Behind(source, "slow", link))
+            behind.append(Behind(source, "stalled", beat_at, age))
+        elif link is not None and link.lag > settle_seconds:
+            behind.append(Behind(source, "slow", beat_at, lag=link.lag))
     return behind
 
 

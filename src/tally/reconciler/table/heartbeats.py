@@ -1,14 +1,15 @@
-"""A Region's heartbeat on a Global Table (docs/global-tables.md, "Heartbeats"): one item per
-Region, in the table itself so that replication carries it, written by that Region's stack
-alone (so last writer wins never drops a beat). No rule may claim its key."""
+"""The Regions' heartbeats on a Global Table (docs/global-tables.md, "Heartbeats"): one item
+per Region, in the table itself so that replication carries it, written by that Region's
+stack alone (so last writer wins never drops a beat), read by the home Region from its own
+replica. No rule may claim their keys."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 from typing import Any
 
-from tally.core.dynamodb import serialize
-from tally.core.regions import BEAT_AT, ORIGIN, heartbeat_key
+from tally.core.dynamodb import deserialize, serialize
+from tally.core.regions import BEAT_AT, ORIGIN, heartbeat, heartbeat_key
 from tally.rules import RuleSet
 
 
@@ -17,26 +18,49 @@ class HeartbeatKeyError(ValueError):
     as a parent or child), or the partition key is not a string."""
 
 
-class Heartbeat:
-    """Writes this Region's heartbeat item."""
+class Heartbeats:
+    """The heartbeat items of a table keyed by ``partition_key`` (and ``sort_key``)."""
 
-    def __init__(self, client: Any, table_name: str, rules: RuleSet, region: str):
-        self.client, self.table_name, self.region = client, table_name, region
+    def __init__(self, client: Any, table_name: str, partition_key: str, sort_key: str | None):
+        self.client, self.table_name = client, table_name
+        self._keys = (partition_key, sort_key)
+
+    @classmethod
+    def of(cls, client: Any, table_name: str, rules: RuleSet) -> Heartbeats:
+        """The heartbeats of the table the rules describe, refused if a rule claims their key
+        or the partition key is not a string."""
         table = rules.table
         if table.partition_key_type != "S":
             raise HeartbeatKeyError(
                 f"partition key {table.partition_key!r} is a {table.partition_key_type}: the "
                 "heartbeat item needs a string key"
             )
-        self.key = heartbeat_key(table.partition_key, table.sort_key, region)
-        claimed = [m.rule.name for m in rules.classify(self.key)]
+        key = heartbeat_key(table.partition_key, table.sort_key, "any-region")
+        claimed = [m.rule.name for m in rules.classify(key)]
         if claimed:
             raise HeartbeatKeyError(
-                f"rule {claimed[0]!r} claims the heartbeat key {self.key}: narrow its key patterns"
+                f"rule {claimed[0]!r} claims the heartbeat key {key}: narrow its key patterns"
             )
+        return cls(client, table_name, table.partition_key, table.sort_key)
 
-    def beat(self, now: Decimal) -> dict[str, Any]:
-        """Put the heartbeat, stamped ``now`` (epoch seconds, this Region's clock)."""
-        item = self.key | {BEAT_AT: now, ORIGIN: self.region}
+    def key(self, region: str) -> dict[str, str]:
+        return heartbeat_key(*self._keys, region)
+
+    def beat(self, region: str, now: Decimal) -> dict[str, Any]:
+        """Put ``region``'s heartbeat, stamped ``now`` (epoch seconds, that Region's clock)."""
+        item = self.key(region) | {BEAT_AT: now, ORIGIN: region}
         self.client.put_item(TableName=self.table_name, Item=serialize(item))
         return item
+
+    def newest(self, regions: tuple[str, ...]) -> dict[str, Decimal]:
+        """When each of ``regions`` last beat, as this replica holds it (consistent reads);
+        a Region whose heartbeat it does not hold is missing."""
+        found: dict[str, Decimal] = {}
+        for region in regions:
+            response = self.client.get_item(
+                TableName=self.table_name, Key=serialize(self.key(region)), ConsistentRead=True
+            )
+            beat = heartbeat(deserialize(response.get("Item") or {}))
+            if beat is not None and beat[0] == region:
+                found[region] = beat[1]
+        return found

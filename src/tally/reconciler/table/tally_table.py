@@ -11,6 +11,7 @@ from typing import Any
 from tally.core.dynamodb import Backoff
 from tally.reconciler.table.access import TableAccess
 from tally.reconciler.table.fenced_writes import FencedWrites
+from tally.reconciler.table.heartbeats import Heartbeats
 from tally.reconciler.table.member_reads import MemberReads
 from tally.reconciler.table.parent_reads import ParentReads
 from tally.rules import RuleSet
@@ -19,7 +20,8 @@ from tally.rules import RuleSet
 class TallyTable(TableAccess):
     """The main table's parts on one client, counting the reads of all three: ``parents``
     (a parent and its children's count or sum), ``members`` (a sequence's members) and
-    ``writes`` (the fenced repairs). Each step is given only the parts it uses."""
+    ``writes`` (the fenced repairs); and, on a Global Table, ``heartbeats``. Each step is
+    given only the parts it uses."""
 
     def __init__(
         self, client: Any, table_name: str, rules: RuleSet, backoff: Backoff | None = None
@@ -28,3 +30,5 @@ class TallyTable(TableAccess):
         self.parents = ParentReads(client, table_name, rules, self.backoff, self.reads)
         self.members = MemberReads(self.parents)  # on the same client, counting the same reads
         self.writes = FencedWrites(client, table_name, rules, self.backoff, self.reads)
+        table = rules.table  # a Global Table's heartbeat items (the home Region reads them)
+        self.heartbeats = Heartbeats(client, table_name, table.partition_key, table.sort_key)

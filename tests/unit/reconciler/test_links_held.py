@@ -21,26 +21,29 @@ times = st.decimals(min_value=0, max_value=10**6, places=3, allow_nan=False, all
 
 
 @given(
-    st.dictionaries(st.sampled_from([EU, AP, "xx-nowhere-1"]), st.tuples(times, times)),
+    st.dictionaries(st.sampled_from([EU, AP, "xx-nowhere-1"]), times),
+    st.dictionaries(st.sampled_from([EU, AP]), st.tuples(times, times)),
     times,
     st.integers(1, 900),
     st.integers(1, 3600),
 )
 def test_a_link_is_behind_unheard_stalled_or_slow_and_otherwise_trusted(
-    heard: dict[str, tuple[Decimal, Decimal]], now: Decimal, settle: int, beat: int
+    beats: dict[str, Decimal],
+    measured: dict[str, tuple[Decimal, Decimal]],
+    now: Decimal,
+    settle: int,
+    beat: int,
 ) -> None:
-    links = {s: Link(s, at, arrived) for s, (at, arrived) in heard.items()}
-    behind = {b.source: b for b in links_behind((EU, AP), links, now, settle, beat)}
+    heard = {s: Link(s, at, arrived) for s, (at, arrived) in measured.items()}
+    behind = {b.source: b for b in links_behind((EU, AP), beats, heard, now, settle, beat)}
     assert set(behind) <= {EU, AP}  # a Region that is not a source is never judged
     for source in (EU, AP):
-        link = links.get(source)
-        if link is None:
+        if source not in beats:
             assert behind[source].why == "unheard"
-        elif now - link.beat_at > settle + beat:
-            assert behind[source].why == "stalled"
-            assert behind[source].age == now - link.beat_at
-        elif link.arrived_at - link.beat_at > settle:
-            assert behind[source].why == "slow"
+        elif now - beats[source] > settle + beat:
+            assert (behind[source].why, behind[source].age) == ("stalled", now - beats[source])
+        elif source in heard and heard[source].arrived_at - heard[source].beat_at > settle:
+            assert (behind[source].why, behind[source].lag) == ("slow", heard[source].lag)
         else:
             assert source not in behind
         if source in behind:
@@ -96,6 +99,18 @@ class FakeLinks:
         return {s: link for s, link in self.held.items() if s in sources}
 
 
+class FakeBeats:
+    """The table's heartbeat items as a replica holds them."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, Decimal] = {}
+        self.reads = 0
+
+    def newest(self, regions: tuple[str, ...]) -> dict[str, Decimal]:
+        self.reads += 1
+        return {r: at for r, at in self.held.items() if r in regions}
+
+
 class FakeReporter:
     def __init__(self) -> None:
         self.alerted: list[Any] = []
@@ -118,15 +133,23 @@ def _record(origin: str, at: str, arrived: int | None = None, **extra: Any) -> d
 
 def _links(
     now: float, strong: bool = False
-) -> tuple[ReplicationLinks, FakeLinks, FakeReporter, StatsBook]:
+) -> tuple[ReplicationLinks, FakeBeats, FakeLinks, FakeReporter, StatsBook]:
     mode = GlobalMode(US, (US, EU, AP), US, 20, strong=strong, heartbeat_seconds=4)
-    store, reporter, book = FakeLinks(), FakeReporter(), StatsBook()
-    links = ReplicationLinks(mode, store, reporter, book, "t", clock=lambda: now)  # type: ignore[arg-type]
-    return links, store, reporter, book
+    beats, store, reporter, book = FakeBeats(), FakeLinks(), FakeReporter(), StatsBook()
+    links = ReplicationLinks(
+        mode,
+        beats,  # type: ignore[arg-type]
+        store,  # type: ignore[arg-type]
+        reporter,  # type: ignore[arg-type]
+        book,
+        "t",
+        clock=lambda: now,
+    )
+    return links, beats, store, reporter, book
 
 
 def test_heartbeats_of_other_regions_are_heard_with_their_lag_and_nothing_else_is() -> None:
-    links, store, _, book = _links(1000.0)
+    links, _, store, _, book = _links(1000.0)
     records = [
         _record(EU, "990.5", arrived=992),
         _record(US, "999", arrived=999),  # its own: no link
@@ -145,25 +168,40 @@ def test_heartbeats_of_other_regions_are_heard_with_their_lag_and_nothing_else_i
 
 
 def test_the_home_region_holds_while_a_link_is_stalled_and_alerts_it_once_per_stall() -> None:
-    links, store, reporter, book = _links(1000.0)
-    store.held = {
-        EU: Link(EU, Decimal(990), Decimal(991)),
-        AP: Link(AP, Decimal(900), Decimal(901)),
-    }
+    links, beats, _, reporter, book = _links(1000.0)
+    beats.held = {EU: Decimal(990), AP: Decimal(900)}  # ap-southeast-2: 100 s, over 20 + 4
     held = links.held()
     assert held is not None and "replication from ap-southeast-2 stalled" in held
-    assert links.held() == held and store.reads == 1  # judged once per invocation
-    ids = {f.finding_id for f in reporter.alerted}
-    assert [(f.kind, f.key) for f in reporter.alerted][:1] == [
-        ("replication_stalled", {"source": AP, "region": US})
-    ]
-    assert len(ids) == 1  # the same stall, looked at twice: one finding
+    assert "eu-west-1" not in held
+    assert links.held() == held and beats.reads == 1  # judged once per invocation
+    assert [(f.kind, f.key, f.severity) for f in reporter.alerted] == [
+        ("replication_stalled", {"source": AP, "region": US}, "warning")
+    ] * 2
+    assert len({f.finding_id for f in reporter.alerted}) == 1  # one stall: one finding
     assert book.total.held == 2
-    # The link delivers again (a newer beat): trusted once more, and a later stall is news.
+    # The link delivers again: trusted once more; stalled again later, a finding of its own.
+    beats.held[AP] = Decimal(999)
     links.hear([_record(AP, "999", arrived=1000)])
     assert links.held() is None
+    later, beats2, _, reporter2, _ = _links(2000.0)
+    beats2.held = {EU: Decimal(1999), AP: Decimal(999)}
+    assert later.held() is not None
+    assert reporter2.alerted[0].finding_id not in {f.finding_id for f in reporter.alerted}
+
+
+def test_a_link_slower_than_the_window_holds_without_an_alert_and_none_heard_alerts() -> None:
+    links, beats, store, reporter, _ = _links(1000.0)
+    beats.held = {EU: Decimal(995), AP: Decimal(996)}
+    store.held = {EU: Link(EU, Decimal(970), Decimal(995))}  # 25 s on its way: over 20
+    held = links.held()
+    assert held is not None and "replication from eu-west-1 lags 25.0 s" in held
+    assert reporter.alerted == []  # slow is no stall: held, not alerted
+    unheard, beats, _, reporter, _ = _links(1000.0)
+    beats.held = {EU: Decimal(999)}
+    assert "no heartbeat from ap-southeast-2" in (unheard.held() or "")
+    assert [(f.key["source"], f.stored) for f in reporter.alerted] == [(AP, None)]
 
 
 def test_no_link_holds_on_a_strongly_consistent_table() -> None:
-    links, store, reporter, _ = _links(1000.0, strong=True)
-    assert links.held() is None and store.reads == 0 and reporter.alerted == []
+    links, beats, _, reporter, _ = _links(1000.0, strong=True)
+    assert links.held() is None and beats.reads == 0 and reporter.alerted == []
