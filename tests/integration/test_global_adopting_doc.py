@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tally.core.regions import CHILD_ID, ORIGIN
+from tally.core.regions import CHILD_ID, HEARTBEAT_PREFIX, ORIGIN
 from tests.integration.test_readme import ROOT, Block, blocks
 from tests.integration.walkthrough import RUNNABLE, commands, run_page, section, user_env
 
