@@ -324,6 +324,11 @@ class Judged:
             }
         return counts
 
+    def missed(self) -> list[str]:
+        """The children lost and not alerted (as often as lost), for the printed line."""
+        short = self.expected_overwritten - self.alerted_overwritten
+        return [f"{r} {pk} {sk} x{n}" for (r, pk, sk), n in sorted(short.items())]
+
     def latencies(self) -> dict[str, str]:
         """By kind: how many alerts, and the median and 95th percentile seconds to alert."""
         shown = {}

@@ -76,7 +76,7 @@ def test_every_loss_is_alerted_once_by_the_region_that_can_prove_it(
             f"{counts}; faults injected {dict(written.faults)}; "
             f"latency {judged.latencies()}; other alerts {dict(judged.other_alerts)}; "
             f"acknowledged creations by writer {dict(written.kinds)}; "
-            f"children lost by writer {dict(judged.lost_by_writer)}"
+            f"children lost by writer {dict(judged.lost_by_writer)}; missed {judged.missed()}"
         )
         assert counts["children lost"] > 0
         assert written.kinds["seed 004 likes"] > 0 and written.kinds["seed 003 numbers"] > 0
