@@ -1,14 +1,19 @@
 """The live scenario on an emulated Global Table: the project's writers in every Region of a
 `tally local up --regions` stack (likes, order lines, issue numbers by every strategy:
-gapless, atomic, sortkey, block), their clients losing responses after commit and throttled,
-one Region offline for a while, then every Region's pump, and what the alerts said against
-what the table shows happened.
+gapless, atomic, sortkey, block) and beside them a team's own seed-style writers, adopted as
+docs/adopting.md shows (``tests.harness.seed_writers``: seed 004's like transaction on the same
+posts and users, seed 003's optimistic locking on a project of its own), their clients losing
+responses after commit and throttled, one Region offline for a while, then every Region's
+pump, and what the alerts said against what the table shows happened.
 
 Ground truth, read once writers stopped and replication settled:
 - a child lost: a child or member a Region's writer created (acknowledged) whose key now holds
   a child made in another Region: one ``overwritten`` alert expected, from that Region, and
   none for any other child (the reconciler never writes a child, so this holds whether the
-  pumps ran during the writes or after);
+  pumps ran during the writes or after). The seed writers' children are judged by the id
+  each was created with: seed 003's put is unconditional, so a Region whose counter went back
+  (another Region's older count won) can hand a number out again and replace a member of its
+  own; that member is lost too, and counted (``lost to their own Region``);
 - a lost increment: a post or order whose counter, in its home Region, is off its children
   once replication settled, before any reconciler ran: one ``drift`` alert expected, from the
   home Region only. Posts (``auto``) are repaired, fenced: once the repairs replicated, every
@@ -40,11 +45,13 @@ from tally.core.regions import CHILD_ID, created_in
 from tally.local.stack_record import LocalStack
 from tally.rules import DEFAULT_RULES_FILE, REPAIR_MARKER, load_rules
 from tally.writers import CounterBehindError, SequenceAllocator, TallyWriter
+from tests.harness import seed_writers
 from tests.harness.faults import Faults
 
 POSTS, USERS, ORDERS, LINES, GAPLESS_PROJECTS = 3, 25, 2, 12, 2
 ATOMIC_PROJECT, SORTKEY_PROJECT = "PROJECT#atomic", "PROJECT#sortkey"
 BLOCK_PROJECT = "PROJECT#block"
+SEED_PROJECT = "PROJECT#seed003"  # seed 003's optimistic locking, a team's own writer
 # Per attempt, on the writers' writes: a response lost after commit, a throttled attempt.
 LOST, THROTTLED = 0.03, 0.03
 
@@ -67,15 +74,25 @@ class Written:
 
     children: set[tuple[str, str, str]] = field(default_factory=set)  # (region, PK, SK)
     acknowledged: dict[tuple[str, str, str], float] = field(default_factory=dict)  # epoch s
+    # The seed writers' children: the ids each was created with, and every child's writer.
+    ids: dict[tuple[str, str, str], set[str]] = field(default_factory=dict)
+    writer: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    kinds: Counter[str] = field(default_factory=Counter)  # acknowledged creations by writer
     behind: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     stopped: float = 0.0  # epoch seconds the last writer stopped
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def created(self, region: str, pk: str, sk: str) -> None:
+    def created(
+        self, region: str, pk: str, sk: str, kind: str, child_id: str | None = None
+    ) -> None:
         with self.lock:
             self.children.add((region, pk, sk))
             self.acknowledged[(region, pk, sk)] = time.time()
+            self.writer[(region, pk, sk)] = kind
+            self.kinds[kind] += 1
+            if child_id is not None:
+                self.ids.setdefault((region, pk, sk), set()).add(child_id)
 
 
 class Workers:
@@ -118,6 +135,8 @@ def write(
             TableName=stacks[0].table_name,
             Item={"PK": {"S": pk}, "SK": {"S": "META"}, counter: {"N": "0"}},
         )
+    seeded = {"PK": {"S": SEED_PROJECT}, "SK": {"S": "COUNTER#ISSUE"}}
+    first.put_item(TableName=stacks[0].table_name, Item={**seeded, "lastIssue": {"N": "0"}})
     written = Written()
     stop = time.monotonic() + seconds
     clients = {s.region: regional_client(s, retries=8) for s in stacks}
@@ -139,7 +158,8 @@ def write(
                 amount = {"amount": Decimal(rng.randrange(1, 100)) / 4}
             try:
                 if tallies.add_child(key, amount).outcome == "created":
-                    written.created(stack.region, key["PK"], key["SK"])
+                    kind = "likes" if amount is None else "order lines"
+                    written.created(stack.region, key["PK"], key["SK"], kind)
             except Exception:  # a parent not replicated here yet: the writer's caller retries
                 pass
             draw = rng.random()
@@ -170,9 +190,36 @@ def write(
                     written.behind[stack.region] += 1
                 continue
             for member in got.member_keys:
-                written.created(stack.region, str(member["PK"]), str(member["SK"]))
+                written.created(stack.region, str(member["PK"]), str(member["SK"]), "numbers")
 
-    workers = Workers(writer, [(stack, n) for stack in stacks for n in range(threads)])
+    def seed_writer(stack: LocalStack) -> None:
+        """A team's own writers in this Region, one call at a time: seed 004's like on the
+        project's posts and users (the same keys as the project's writers, so a seed like and
+        a project like race for one key, and both stamp one post), seed 003's allocator on
+        its own project. Like any app, they start once the posts and the counter they write
+        are there (created in the first Region, replicated)."""
+        rng = random.Random(f"{seed}-{stack.region}-seeds")
+        dynamodb, table = clients[stack.region], stack.table_name
+        needed = [{"PK": {"S": pk}, "SK": {"S": "META"}} for pk, _ in parents] + [seeded]
+        while time.monotonic() < stop and not all(
+            "Item" in dynamodb.get_item(TableName=table, Key=k, ConsistentRead=True) for k in needed
+        ):
+            time.sleep(0.05)
+        while time.monotonic() < stop:
+            if rng.random() < 0.5:
+                post, user = f"POST#{rng.randrange(POSTS)}", str(rng.randrange(USERS))
+                child_id = seed_writers.like(dynamodb, table, stack.region, post, user)
+                if child_id is not None:
+                    sk = f"LIKE#USER#{user}"
+                    written.created(stack.region, post, sk, "seed 004 likes", child_id)
+            else:
+                sk, child_id = seed_writers.take_issue(dynamodb, table, stack.region, SEED_PROJECT)
+                written.created(stack.region, SEED_PROJECT, sk, "seed 003 numbers", child_id)
+
+    workers = Workers(
+        lambda stack, n: seed_writer(stack) if n == threads else writer(stack, n),
+        [(stack, n) for stack in stacks for n in range(threads + 1)],
+    )
     with contextlib.ExitStack() as faulty:
         injectors = {
             region: faulty.enter_context(
@@ -216,7 +263,9 @@ def _epoch(detected_at: str) -> float:
 
 @dataclass
 class Judged:
-    expected_overwritten: set[tuple[str, str, str]]  # (losing Region, PK, SK)
+    # (losing Region, PK, SK): how many of that Region's children under the key were lost
+    # (more than one only for seed 003's, which can replace a child of its own Region's)
+    expected_overwritten: Counter[tuple[str, str, str]]
     alerted_overwritten: Counter[tuple[str, str, str]]
     parents_off: set[str]  # posts and orders off once settled, before any reconciler ran
     alerted_drift: Counter[tuple[str, str]]  # (Region, parent PK)
@@ -228,19 +277,26 @@ class Judged:
     alerted_behind: Counter[tuple[str, str]]  # (Region, counter PK)
     latency: dict[str, list[float]]  # by kind: seconds from the fault to its alert
     live: bool = False
+    lost_by_writer: Counter[str] = field(default_factory=Counter)  # children lost, by writer
+    lost_to_own_region: int = 0  # seed children a later child of their own Region replaced
 
     def counts(self) -> dict[str, int]:
-        alerted = set(self.alerted_overwritten)
+        expected, alerted = self.expected_overwritten, self.alerted_overwritten
         drifted = {pk for _, pk in self.alerted_drift}
         posts_off = {pk for pk in self.parents_off if pk.startswith("POST#")}
         orders_off = self.parents_off - posts_off
         alerted_orders = {pk for pk in drifted if pk.startswith("ORDER#")}
         counts = {
-            "children lost": len(self.expected_overwritten),
-            "children lost alerted": len(self.expected_overwritten & alerted),
-            "false negatives (children)": len(self.expected_overwritten - alerted),
-            "false positives (children)": len(alerted - self.expected_overwritten),
-            "alerted twice (children)": sum(1 for c in self.alerted_overwritten.values() if c > 1),
+            "children lost": sum(expected.values()),
+            "children lost alerted": sum((expected & alerted).values()),
+            "children lost to their own Region (seed 003's unconditional put)": (
+                self.lost_to_own_region
+            ),
+            "false negatives (children)": sum((expected - alerted).values()),
+            "false positives (children)": sum(c for k, c in alerted.items() if k not in expected),
+            "alerted twice (children)": sum(
+                1 for k, c in alerted.items() if c > max(expected[k], 1)
+            ),
             "posts off": len(posts_off),
             "orders off": len(orders_off),
             "drift alerted outside home": sum(
@@ -268,6 +324,11 @@ class Judged:
             }
         return counts
 
+    def missed(self) -> list[str]:
+        """The children lost and not alerted (as often as lost), for the printed line."""
+        short = self.expected_overwritten - self.alerted_overwritten
+        return [f"{r} {pk} {sk} x{n}" for (r, pk, sk), n in sorted(short.items())]
+
     def latencies(self) -> dict[str, str]:
         """By kind: how many alerts, and the median and 95th percentile seconds to alert."""
         shown = {}
@@ -289,11 +350,21 @@ def judge(
     """``held``: the home Region's items once the writers stopped and replication settled
     (before any reconciler ran, unless ``live``); ``settled()`` lets the repairs replicate
     before the counters are read again."""
-    expected = set()
+    expected, lost_by_writer, lost_at_home = Counter[tuple[str, str, str]](), Counter[str](), 0
     for region, pk, sk in written.children:
         now = held.get((pk, sk))
-        if now is not None and created_in(now.get(CHILD_ID)) != region:
-            expected.add((region, pk, sk))
+        ids = written.ids.get((region, pk, sk), set())
+        held_id = now.get(CHILD_ID) if now is not None else None
+        # A seed child can be replaced by a later one of its own Region's (seed 003's put
+        # has no condition): each one but the last was lost to its own Region.
+        if now is not None and created_in(held_id) != region:
+            lost, at_home = max(len(ids), 1), max(len(ids) - 1, 0)
+        else:
+            lost = at_home = len(ids - {held_id})
+        lost_at_home += at_home
+        if lost:
+            expected[(region, pk, sk)] = lost
+            lost_by_writer[written.writer[(region, pk, sk)]] += lost
     parents_off = {pk for pk in _parents() if _off(held, pk)}
     behind = set()
     for (pk, sk), counter in held.items():
@@ -343,6 +414,8 @@ def judge(
         alerted_behind,
         latency,
         live,
+        lost_by_writer,
+        lost_at_home,
     )
 
 

@@ -12,6 +12,7 @@ from tally.reconciler.protocol.regions import Loss, own_loss, still_lost
 from tally.rules import DEFAULT_RULES_FILE, load_rules
 from tally.writers import InvalidRequestError, SequenceAllocator, TallyWriter
 from tests.harness.regions import AP, EU, US, GlobalTable, plain, regional_databases, wire
+from tests.harness.seed_writers import take_issue
 
 RULES = load_rules(DEFAULT_RULES_FILE)
 PROJECT = {"PK": "PROJECT#1", "SK": "COUNTER#ISSUE"}
@@ -61,6 +62,40 @@ def test_a_number_handed_out_in_two_regions_is_read_once_by_the_region_that_lost
         assert loss.lost_child is not None and loss.lost_child["title"] == f"filed in {US}"
         member = table.item(EU, loss.key)
         assert member is not None and member["title"] == f"filed in {EU}"
+    finally:
+        table.close()
+
+
+def test_seed_003_handing_a_number_out_again_in_its_own_region_is_read_there_as_a_loss(
+    databases: dict[str, str],
+) -> None:
+    """Seed 003's allocator, adopted (stamps on its put, which stays unconditional): us hands
+    out 1 and 2, eu then 1 (later); last writer wins keeps eu's counter (1) and eu's 1
+    everywhere. us's next number is 2 again, and its put replaces us's own member 2: a number
+    handed out twice, lost in us, with no other Region in it. us reads both of its losses,
+    eu none."""
+    table = GlobalTable.make({US: databases[US], EU: databases[EU]})
+    try:
+        table.put(US, {**PROJECT, "lastIssue": 0})
+        table.emulator.settle()
+        project = PROJECT["PK"]
+        taken = [take_issue(table.clients[US], table.name, US, project) for _ in range(2)]
+        assert take_issue(table.clients[EU], table.name, EU, project)[0] == taken[0][0]
+        table.emulator.settle()
+        counter = table.item(US, PROJECT)
+        assert counter is not None and counter["lastIssue"] == 1  # eu's count won: it went back
+        again, _ = take_issue(table.clients[US], table.name, US, project)
+        assert again == taken[1][0]  # us handed out its number 2 a second time
+        table.emulator.settle()
+        found = sorted(
+            (loss.region, loss.key["SK"], loss.winner, loss.child_id, stands)
+            for loss, stands in losses(table)
+            if loss.kind == "child_overwritten"
+        )
+        assert found == [
+            (US, taken[0][0], EU, taken[0][1], True),  # lost to eu's 1
+            (US, taken[1][0], US, taken[1][1], True),  # lost to us's own second 2
+        ]
     finally:
         table.close()
 

@@ -74,9 +74,12 @@ def test_every_loss_is_alerted_once_by_the_region_that_can_prove_it(
             f"\n{len(stacks)} Regions ({'live' if live else 'judged once settled'}; "
             f"{stack.replication.describe()}; settle {stack.replication.settle_seconds()} s): "
             f"{counts}; faults injected {dict(written.faults)}; "
-            f"latency {judged.latencies()}; other alerts {dict(judged.other_alerts)}"
+            f"latency {judged.latencies()}; other alerts {dict(judged.other_alerts)}; "
+            f"acknowledged creations by writer {dict(written.kinds)}; "
+            f"children lost by writer {dict(judged.lost_by_writer)}; missed {judged.missed()}"
         )
         assert counts["children lost"] > 0
+        assert written.kinds["seed 004 likes"] > 0 and written.kinds["seed 003 numbers"] > 0
         assert written.faults["responses lost after commit"] > 0
         assert counts["false negatives (children)"] == 0
         assert counts["false positives (children)"] == 0

@@ -101,7 +101,9 @@ class Finding:
     evidence: tuple[Evidence, ...] = ()
     number: int | None = None
     through: int | None = None  # a gap summarised as one range: number..through
-    occurrence: str | None = None  # an event's stream position (a counter going down)
+    # An event's identity: its stream position (a counter going down), the lost child's id
+    # (a child overwritten).
+    occurrence: str | None = None
     detail: str = ""
     revision: Any = None
     detected_at: str = field(default_factory=lambda: now_iso())

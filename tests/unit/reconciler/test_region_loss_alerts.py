@@ -81,6 +81,19 @@ def test_the_same_loss_read_again_after_the_holder_changed_is_the_same_finding()
     assert a.findings[0].finding_id == b.findings[0].finding_id
 
 
+def test_two_children_of_one_region_lost_under_one_key_are_two_findings() -> None:
+    """Seed 003's writer (its put unconditional) hands a number out again in us once its
+    count went back, replacing us's own member a with b; eu's member c then replaces b. Two
+    children of us's are lost under one key, with the same attributes, and the key holds c
+    when both are read: each is a finding of its own, told apart by the lost child's id."""
+    check, alerts, _ = losses(US, child(EU, "c"))
+    a, b = child(US, "a", title="taken in us"), child(US, "b", title="taken in us")
+    assert check.read_losses([record(a, b), record(b, child(EU, "c"))]) == 2
+    first, second = alerts.findings
+    assert first.stored == second.stored and first.actual == second.actual
+    assert first.finding_id != second.finding_id
+
+
 def test_a_child_too_large_for_an_alert_is_named_by_its_attributes() -> None:
     check, alerts, _ = losses(EU, child(US, "b"))
     check.read_losses(

@@ -42,8 +42,20 @@ def test_the_same_record_read_in_another_region_is_not_its_loss() -> None:
     assert own_loss("MODIFY", KEY, child(US, US, "a"), child(EU, EU, "b"), EU) is None
 
 
-def test_our_own_later_write_over_our_child_is_no_loss() -> None:
-    assert own_loss("MODIFY", KEY, child(US, US, "a"), child(US, US, "b"), US) is None
+def test_our_own_later_child_over_our_child_is_a_number_handed_out_twice() -> None:
+    """A put without a condition (seed 003's) after our counter went back: our child lost."""
+    loss = own_loss("MODIFY", KEY, child(US, US, "a"), child(US, US, "b"), US)
+    assert loss is not None and loss.kind == "child_overwritten"
+    assert (loss.region, loss.winner, loss.child_id) == (US, US, f"{US}:a")
+    # Read in another Region, the same replacement is not its loss.
+    assert own_loss("MODIFY", KEY, child(US, US, "a"), child(US, US, "b"), EU) is None
+
+
+def test_our_own_write_over_our_child_that_carries_no_id_is_no_loss() -> None:
+    """An update by a put that does not stamp: nothing proves a second child."""
+    unstamped = {**KEY, "title": "renamed", ORIGIN: US}
+    assert own_loss("MODIFY", KEY, child(US, US, "a"), unstamped, US) is None
+    assert own_loss("MODIFY", KEY, child(US, US, "a"), {**child(US, US, "a"), "t": 1}, US) is None
 
 
 def test_another_region_changing_our_child_keeps_its_id_and_is_no_loss() -> None:
@@ -109,8 +121,10 @@ def test_a_region_only_ever_reports_a_child_it_made(
     new = child(new_origin, made_in if same_id else new_origin, "a" if same_id else "b")
     loss = own_loss("MODIFY", KEY, old, new, reader)
     if loss is not None:
-        assert loss.region == reader == made_in and new_origin != reader
+        assert loss.region == reader == made_in
         assert not same_id
+    else:  # each child of ours replaced by another child is read, whoever replaced it
+        assert reader != made_in or same_id
 
 
 def test_one_region_is_home_to_every_parent() -> None:

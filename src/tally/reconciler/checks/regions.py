@@ -174,7 +174,9 @@ class RegionLosses:
             f"{what}: this Region's child (id {loss.child_id}) was replaced by {by}; "
             "`stored` is the lost child, `actual` the id and Region of the one the key holds"
         )
-        # The state is the two children's ids: the same loss read again is the same finding.
+        # The state is the two children's ids: the same loss read again is the same finding,
+        # and two children of this Region's lost under one key (the same attributes, the
+        # same holder by the time they are read) are two: the lost one's id is the occurrence.
         holder = {"child_id": now.get(CHILD_ID), "region": now.get(ORIGIN)} if now else None
         return Finding(
             "overwritten",
@@ -185,6 +187,7 @@ class RegionLosses:
             _bounded(loss.lost_child or {}),
             holder,
             detail=detail,
+            occurrence=str(loss.child_id),
             repair=Repair("skipped", NEVER),
             region=self.mode.region,
         )

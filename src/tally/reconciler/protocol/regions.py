@@ -8,7 +8,9 @@ are):
 
 - **a child overwritten**: the OldImage is a child this Region created (its id says so) and
   the NewImage is another child under the same key (another id): a number handed out twice,
-  or a like made in two Regions; the lost child's payload is the OldImage;
+  or a like made in two Regions; the lost child's payload is the OldImage. The other child
+  may be this Region's own: a writer whose put has no condition (seed 003's) hands a number
+  out again once last writer wins sent its counter back, and replaces its own member;
 - **increments lost**: the OldImage of a parent holds more of this Region's writes than the
   NewImage that replaced it.
 
@@ -63,12 +65,16 @@ def own_loss(
     if event != "MODIFY" or old is None or new is None:
         return None  # a deletion is not an overwrite; an insert replaced nothing
     winner = new.get(ORIGIN) if isinstance(new.get(ORIGIN), str) else None
-    if winner == region:
-        return None  # this Region's own write: a local write never loses locally
-    mine = old.get(CHILD_ID)
-    if created_in(mine) == region and new.get(CHILD_ID) != mine:
+    mine, theirs = old.get(CHILD_ID), new.get(CHILD_ID)
+    # Our child replaced by another Region's version, or, here, by a second child of ours (a
+    # put without a condition: seed 003's allocator after last writer wins sent its count
+    # back). A local write that carries no id is not a creation this can prove.
+    replaced = winner != region or created_in(theirs) is not None
+    if created_in(mine) == region and theirs != mine and replaced:
         payload = {n: v for n, v in old.items() if not is_regional(n)}
         return Loss("child_overwritten", region, dict(key), winner, payload, str(mine))
+    if winner == region:
+        return None  # this Region's own write: a local write loses no increment locally
     lost_writes = _number(old, writes(region)) - _number(new, writes(region))
     if lost_writes > 0:
         return Loss("increments_lost", region, dict(key), winner, writes=lost_writes)
