@@ -23,7 +23,12 @@ import pytest
 from tally.local.stack_record import load
 from tally.reconciler.table.tally_table import TallyTable
 from tally.rules import load_rules
-from tally.writers import TallyWriter
+from tally.writers import (
+    InvalidRequestError,
+    ParentHomedElsewhereError,
+    ParentNotFoundError,
+    TallyWriter,
+)
 from tests.harness.live_regions import items, regional_client
 from tests.integration.test_cli import clean_env, tally
 from tests.integration.test_local_regions import emulator
@@ -208,3 +213,98 @@ def _collection(client: Any, table: str, pk: str) -> list[dict[str, Any]]:
         ExpressionAttributeValues={":pk": {"S": pk}},
         ConsistentRead=True,
     )["Items"]
+
+
+# --- the writers of a split counter, on one DynamoDB Local -------------------------------
+
+
+def _item(client: Any, table: str, pk: str, sk: str) -> dict[str, Any] | None:
+    found = client.get_item(
+        TableName=table, Key={"PK": {"S": pk}, "SK": {"S": sk}}, ConsistentRead=True
+    )
+    return found.get("Item")
+
+
+def test_a_writer_adds_and_removes_on_its_own_regions_shard_and_leaves_the_parent(
+    split_table: tuple[Any, str],
+) -> None:
+    client, table = split_table
+    post = "SPLITPOST#writers"
+    client.put_item(
+        TableName=table,
+        Item={"PK": {"S": post}, "SK": {"S": "META"}, "likeTally": {"N": "2"}},
+    )
+    us, eu = (TallyWriter(client, table, RULES, region=r) for r in (US, EU))
+    assert us.add_child({"PK": post, "SK": "LIKE#a"}).outcome == "created"
+    assert us.add_child({"PK": post, "SK": "LIKE#b"}).outcome == "created"
+    assert eu.remove_child({"PK": post, "SK": "LIKE#a"}).outcome == "removed"  # made in us
+    assert eu.remove_child({"PK": post, "SK": "LIKE#a"}).outcome == "not_present"
+    assert us.add_child({"PK": post, "SK": "LIKE#b"}).outcome == "already_present"
+    shard = {r: _item(client, table, post, f"META#REGION#{r}") for r in (US, EU)}
+    assert shard[US] is not None and shard[EU] is not None
+    assert (shard[US]["likeTally"], shard[EU]["likeTally"]) == ({"N": "2"}, {"N": "-1"})
+    assert (shard[US]["tallyOrigin"], shard[EU]["tallyOrigin"]) == ({"S": US}, {"S": EU})
+    parent = _item(client, table, post, "META")
+    assert parent is not None and parent["likeTally"] == {"N": "2"}  # the base, untouched
+    assert "tallyOrigin" not in parent and "tallyRevision" not in parent
+    rule = RULES["split-likes"]
+    state = TallyTable(client, table, RULES).parents.read_parent(rule, {"PK": post, "SK": "META"})
+    assert state.counter == 3  # 2 + 2 - 1: the base's 2, and one child
+
+
+def test_a_sum_writer_moves_amounts_on_its_own_regions_shard(split_table: tuple[Any, str]) -> None:
+    client, table = split_table
+    order = "SPLITORDER#1"
+    client.put_item(TableName=table, Item={"PK": {"S": order}, "SK": {"S": "META"}})
+    us, eu = (TallyWriter(client, table, RULES, region=r) for r in (US, EU))
+    line = {"PK": order, "SK": "LINE#1"}
+    assert us.add_child(line, {"amount": Decimal("12.50")}).outcome == "created"
+    assert eu.change_amount(line, Decimal("10.25")).outcome == "changed"
+    key = {"PK": order, "SK": "META"}
+    state = TallyTable(client, table, RULES).parents.read_parent(RULES["split-order-total"], key)
+    assert (state.counter, state.shards) == (
+        Decimal("10.25"),
+        ((EU, Decimal("-2.25")), (US, Decimal("12.5"))),
+    )
+
+
+def test_a_retry_under_an_idempotency_key_counts_once(split_table: tuple[Any, str]) -> None:
+    client, table = split_table
+    post = "SPLITPOST#keyed"
+    client.put_item(TableName=table, Item={"PK": {"S": post}, "SK": {"S": "META"}})
+    writer = TallyWriter(client, table, RULES, region=US)
+    like = {"PK": post, "SK": "LIKE#a"}
+    first = writer.add_child(like, idempotency_key="k1")
+    again = writer.add_child(like, idempotency_key="k1")
+    assert (first.outcome, first.replayed, again.outcome, again.replayed) == (
+        "created",
+        False,
+        "created",
+        True,
+    )
+    shard = _item(client, table, post, f"META#REGION#{US}")
+    assert shard is not None and shard["likeTally"] == {"N": "1"}
+
+
+def test_a_split_write_is_refused_without_a_region_a_parent_or_at_home_elsewhere(
+    split_table: tuple[Any, str],
+) -> None:
+    client, table = split_table
+    post = "SPLITPOST#refused"
+    like = {"PK": post, "SK": "LIKE#a"}
+    with pytest.raises(InvalidRequestError, match="splits its counter per Region"):
+        TallyWriter(client, table, RULES).add_child(like)
+    writer = TallyWriter(client, table, RULES, region=EU)
+    with pytest.raises(ParentNotFoundError):
+        writer.add_child(like)
+    client.put_item(
+        TableName=table,
+        Item={"PK": {"S": post}, "SK": {"S": "META"}, "tallyHome": {"S": US}},
+    )
+    with pytest.raises(ParentHomedElsewhereError) as homed:
+        writer.add_child(like)
+    assert homed.value.home == US
+    # Nothing written by any of them: no child, no shard.
+    assert _item(client, table, post, "LIKE#a") is None
+    assert _item(client, table, post, f"META#REGION#{EU}") is None
+    assert TallyWriter(client, table, RULES, region=US).add_child(like).outcome == "created"
