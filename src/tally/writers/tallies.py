@@ -6,6 +6,10 @@ attributes, not in its key: the writer derives the parent from the item it write
 the item it read, and fences the write on the index key values read (``tally.writers.indexed``).
 ``move_child`` re-parents such a child, or moves it out of or into the counted status.
 
+A counter split per Region (a rule with ``split``) takes the delta on the writer's own
+Region's shard beside the parent, in the same transaction, and the parent is only checked:
+each shard is written by one Region, so last writer wins drops none of its increments.
+
 Every call reports what it did. Each transaction carries a fresh ``ClientRequestToken``:
 botocore's retry of it after a lost response is a replay of the same commit, and a repeated
 call is a new request (like, unlike, like again all count). Under an idempotency key a guard
@@ -29,7 +33,7 @@ from tally.core.dynamodb import (
     Cancelled,
     TransactionFailedError,
 )
-from tally.rules import IndexChildren, Key, Match, SumRule, TallyRule
+from tally.rules import AnyRule, IndexChildren, Key, Match, SumRule, TallyRule
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
@@ -211,7 +215,7 @@ class TallyWriter(GuardedWriter):
             ("key",), f"key {dict(key)} is not a child of any count or sum rule"
         )
 
-    def _refuse_split(self, rule: Any) -> None:
+    def _refuse_split(self, rule: AnyRule) -> None:
         """A counter split per Region is written to this writer's Region's shard: a writer
         with no Region has none, and an MRSC writer sends no transaction to write it in."""
         if not isinstance(rule, TallyRule) or rule.split is None:
