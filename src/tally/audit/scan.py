@@ -24,7 +24,7 @@ from typing import Any
 from tally.audit.report import AuditReport
 from tally.audit.unindexed import unindexed
 from tally.core.dynamodb import deserialize
-from tally.core.numbers import add, number
+from tally.core.numbers import add, number, subtract
 from tally.reconciler.verification import Reconciler
 from tally.rules import (
     AnyRule,
@@ -234,6 +234,14 @@ def _tally(
     if role == "parent":
         seen.exists = True
         seen.counter = item.get(target.counter)
+    elif role == "shard":
+        # A Region's part of a split counter (the counter is the parent's and its shards'):
+        # taken off the truth, so the parent's own counter is compared with what is left.
+        part = item.get(target.counter, Decimal(0))
+        if isinstance(part, Decimal) and part.is_finite():
+            seen.truth = subtract(seen.truth, part)
+        else:
+            seen.malformed = True  # the recount judges it
     elif isinstance(target, SumRule):
         amount = number(item.get(target.summed, Decimal(0)))
         if isinstance(amount, Decimal):

@@ -91,11 +91,19 @@ class Reconciler:
         )
         followups = Followups(reporter, scheduler)
         apart = regions is not None and regions.strong
+        home = regions is not None and regions.at_home
         repairer = self._repairer = Repairer(
-            table.writes, log, standing, outbox, policy, reporter, apart=apart
+            table.writes,
+            log,
+            standing,
+            outbox,
+            policy,
+            reporter,
+            apart=apart,
+            home=regions.home if regions is not None and home else None,
+            regions=regions.regions if regions is not None else (),
         )
         counts = self._counts = Counts(table.parents, repairer, followups, store.recent)
-        home = regions is not None and regions.at_home
         contention = Contention(regions, log, table.parents) if regions and home else None
         links = self._links = (
             None

@@ -24,7 +24,8 @@ from tally.rules.table_keys import PK_SK, Key, KeyPattern, Strict, TableKeys
 from tally.rules.tally_rules import TallyRule
 
 # "indexed": a child found through an index; its parent is named by its image, not its key.
-Role = Literal["parent", "child", "member", "indexed"]
+# "shard": one Region's part of a counter split per Region (``split``), beside its parent.
+Role = Literal["parent", "child", "member", "indexed", "shard"]
 
 AnyRule = TallyRule | SequenceRule
 Rule = Annotated[AnyRule, Field(discriminator="kind")]
@@ -80,6 +81,10 @@ def _unnamed(_: Mapping[str, Any]) -> Key:
     return {}
 
 
+def _split(rule: AnyRule) -> bool:
+    return isinstance(rule, TallyRule) and rule.split is not None
+
+
 class RuleSet:
     """The validated rules, with key classification for writers and the reconciler."""
 
@@ -122,6 +127,7 @@ class RuleSet:
 
     def _compile_all(self) -> None:
         compiled = [self._compile(rule) for rule in self.rules]
+        compiled += [self._compile_shards(rule) for rule in self.rules if _split(rule)]
         pk = self.table.partition_key
         heads = [(_head(c.parent, pk), _head(c.claimed, pk)) for c in compiled]
         fixed = {head for pair in heads for head in pair if head is not None}
@@ -161,6 +167,21 @@ class RuleSet:
         if isinstance(rule, SequenceRule):
             return _Compiled(rule, parent, "member", _checks(rule.member_pattern(keys)), parent_of)
         return _Compiled(rule, parent, "child", _checks(rule.child_pattern(keys)), parent_of)
+
+    def _compile_shards(self, rule: AnyRule) -> _Compiled:
+        """A split counter's shards: their parent is the item of the same partition at the
+        parent's sort key. Their entry's parent checks never pass (its parent has an entry of
+        its own): the parent's, and a sort key that is empty, which no DynamoDB key is."""
+        keys = self.table
+        pk, sk = keys.partition_key, keys.sort_key
+        assert isinstance(rule, TallyRule) and sk is not None
+        never = (*_checks(rule.parent_pattern(keys)), (sk, "", EXACT))
+        parent_sk = rule.exact_parent(keys)[sk]
+
+        def parent_of(key: Mapping[str, Any]) -> Key:
+            return {pk: key_text(key[pk]), sk: parent_sk}
+
+        return _Compiled(rule, never, "shard", _checks(rule.shard_pattern(keys)), parent_of)
 
     def claimed_by(self, rule: AnyRule) -> Callable[[Mapping[str, Any]], bool]:
         """Whether a key is one of the items ``rule`` counts (children or members): the key

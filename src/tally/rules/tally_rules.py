@@ -18,6 +18,9 @@ from tally.rules.key_patterns import Pattern, key_text
 from tally.rules.rule_base import RuleBase
 from tally.rules.table_keys import Key, KeyPattern, TableKeys
 
+# Between a parent's sort key and a Region's name in the sort key of that Region's shard.
+SHARD_MARK = "#REGION#"
+
 
 class _TallyRule(RuleBase):
     children: dict[str, str]
@@ -27,6 +30,10 @@ class _TallyRule(RuleBase):
     on_ttl_expiry: Literal["alert", "decrement"] = "alert"
     # Set when a stream aggregator keeps the counter: it may trail its children this long.
     lag_seconds: Annotated[int, Field(ge=1, le=900)] | None = None
+    # "region": on a Global Table the counter is split per Region (docs/global-tables.md): a
+    # shard item per Region beside the parent, each written by its own Region's writers only,
+    # the count the parent's own counter (a base) plus every shard's.
+    split: Literal["region"] | None = None
 
     @field_validator("lag_seconds")
     @classmethod
@@ -43,6 +50,30 @@ class _TallyRule(RuleBase):
                 "on_ttl_expiry = 'decrement' would apply them twice"
             )
         return lag
+
+    @field_validator("split")
+    @classmethod
+    def _split(cls, split: str | None, info: ValidationInfo) -> str | None:
+        # A shard sits in its parent's item collection, written in the child's transaction.
+        if split is None:
+            return split
+        if info.data.get("through") is not None:
+            raise ValueError(
+                "a counter split per Region keeps its shards in the parent's item collection, "
+                "beside its children: children found through an index ('through') are not "
+                "offered"
+            )
+        if info.data.get("lag_seconds") is not None:
+            raise ValueError(
+                "a counter kept by a stream aggregator (lag_seconds) is written by the "
+                "aggregator alone; only the product's writers write shards"
+            )
+        if info.data.get("on_ttl_expiry") == "decrement":
+            raise ValueError(
+                "on_ttl_expiry = 'decrement' is not offered on a split counter; an expired "
+                "child is a drift the recount finds (use 'alert')"
+            )
+        return split
 
     @model_validator(mode="after")
     def _stamped(self) -> _TallyRule:
@@ -96,6 +127,24 @@ class _TallyRule(RuleBase):
         key = {name: p.value for name, p in pattern.items()}
         key[keys.partition_key] = named
         return key
+
+    def shard_prefix(self, keys: TableKeys) -> str:
+        """The sort key every shard of a split counter starts with: the parent's, then
+        ``#REGION#`` (the Region's name follows)."""
+        assert keys.sort_key is not None
+        return f"{self.exact_parent(keys)[keys.sort_key]}{SHARD_MARK}"
+
+    def shard_pattern(self, keys: TableKeys) -> KeyPattern:
+        """The keys of a split counter's shards: the parent's partition, the shard prefix."""
+        assert keys.sort_key is not None
+        pattern = {keys.partition_key: self.parent_pattern(keys)[keys.partition_key]}
+        pattern[keys.sort_key] = Pattern(self.shard_prefix(keys), True)
+        return pattern
+
+    def shard_key(self, parent_key: Key, region: str, keys: TableKeys) -> Key:
+        """The key of ``region``'s shard of the parent at ``parent_key``."""
+        assert keys.sort_key is not None
+        return {**parent_key, keys.sort_key: f"{self.shard_prefix(keys)}{region}"}
 
     def children_pattern(self, keys: TableKeys) -> Pattern:
         """The children's sort key pattern: a prefix, or any positive number."""

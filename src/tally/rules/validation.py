@@ -173,6 +173,26 @@ def _children_problems(rule: TallyRule, keys: TableKeys) -> Iterator[str]:
     elif not rule.children_pattern(keys).is_prefix:
         what = "'*'" if keys.numeric(keys.sort_key) else "a prefix ending in '*'"
         yield f"field 'children': the sort key must be {what}"
+    elif rule.split is not None:
+        yield from _split_problems(rule, keys)
+
+
+def _split_problems(rule: TallyRule, keys: TableKeys) -> Iterator[str]:
+    """A split counter's shards (``<parent SK>#REGION#<Region>``) need a string sort key,
+    and must never be taken for its children."""
+    assert keys.sort_key is not None
+    if keys.numeric(keys.sort_key):
+        yield (
+            f"field 'split': its shards' sort key is the parent's followed by '#REGION#' and "
+            f"the Region: the table's sort key {keys.sort_key!r} must be a string"
+        )
+    elif rule.children_pattern(keys).overlaps(rule.shard_pattern(keys)[keys.sort_key]):
+        yield (
+            f"field 'split': its shards' keys ({keys.sort_key} = "
+            f"{rule.shard_prefix(keys)!r}<Region>) match its children "
+            f"({keys.sort_key} = {str(rule.children_pattern(keys))!r}): pick children or a "
+            "parent sort key that cannot meet"
+        )
 
 
 def _indexed_children_problems(rule: TallyRule, keys: TableKeys) -> Iterator[str]:
@@ -227,11 +247,14 @@ def _pattern_fields(rule: AnyRule) -> Iterator[tuple[str, Mapping[str, str]]]:
 def _claims(rule: AnyRule, keys: TableKeys) -> list[tuple[str, KeyPattern]]:
     """The (field, key pattern) pairs of items this rule counts as children or members."""
     if isinstance(rule, TallyRule):
-        return [("children", rule.child_pattern(keys))]
+        claims = [("children", rule.child_pattern(keys))]
+        if rule.split is not None:
+            claims.append(("split", rule.shard_pattern(keys)))
+        return claims
     return [("members", rule.member_pattern(keys))]
 
 
-_ROLE = {"children": "child", "members": "member"}
+_ROLE = {"children": "child", "members": "member", "split": "shard"}
 
 
 def _claim_conflicts(rule_set: RuleSet) -> Iterator[str]:

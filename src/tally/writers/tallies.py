@@ -6,6 +6,10 @@ attributes, not in its key: the writer derives the parent from the item it write
 the item it read, and fences the write on the index key values read (``tally.writers.indexed``).
 ``move_child`` re-parents such a child, or moves it out of or into the counted status.
 
+A counter split per Region (a rule with ``split``) takes the delta on the writer's own
+Region's shard beside the parent, in the same transaction, and the parent is only checked:
+each shard is written by one Region, so last writer wins drops none of its increments.
+
 Every call reports what it did. Each transaction carries a fresh ``ClientRequestToken``:
 botocore's retry of it after a lost response is a replay of the same commit, and a repeated
 call is a new request (like, unlike, like again all count). Under an idempotency key a guard
@@ -29,16 +33,25 @@ from tally.core.dynamodb import (
     Cancelled,
     TransactionFailedError,
 )
-from tally.rules import IndexChildren, Key, Match, SumRule, TallyRule
+from tally.rules import AnyRule, IndexChildren, Key, Match, SumRule, TallyRule
 from tally.writers.errors import (
     Field,
     IdempotencyConflictError,
     InvalidRequestError,
+    ParentHomedElsewhereError,
+    ParentNotFoundError,
 )
 from tally.writers.fenced import fenced_writes, within_domain
 from tally.writers.idempotency import GuardedWriter, Keyed, Record
 from tally.writers.mrsc import refuse_marks
-from tally.writers.parents import judge_parent, parent_update, raise_for_parent, total_limit
+from tally.writers.parents import (
+    judge_parent,
+    parent_check,
+    parent_update,
+    raise_for_parent,
+    total_limit,
+)
+from tally.writers.regional import homed_elsewhere
 from tally.writers.reserved import refuse_regional, refuse_reserved, reserved_attributes
 from tally.writers.transactions import (
     new_token,
@@ -196,10 +209,31 @@ class TallyWriter(GuardedWriter):
         for match in self.rules.classify(key):
             if match.role in ("child", "indexed"):
                 items.check_key(key, self.rules.table, ("key",))
+                self._refuse_split(match.rule)
                 return match
         raise InvalidRequestError(
             ("key",), f"key {dict(key)} is not a child of any count or sum rule"
         )
+
+    def _refuse_split(self, rule: AnyRule) -> None:
+        """A counter split per Region is written to this writer's Region's shard: a writer
+        with no Region has none, and an MRSC writer sends no transaction to write it in."""
+        if not isinstance(rule, TallyRule) or rule.split is None:
+            return
+        if self.region is None:
+            raise InvalidRequestError(
+                ("key",),
+                f"rule {rule.name!r} splits its counter per Region (split = 'region'): its "
+                "writers write their Region's shard; make the writer with region=... (the "
+                "writer API: deploy with GlobalRegions)",
+            )
+        if self.strong is not None:
+            raise InvalidRequestError(
+                ("key",),
+                f"rule {rule.name!r} splits its counter per Region: its writes are one "
+                "transaction, which an MRSC table refuses (on MRSC every Region's writes to "
+                "one counter are conditions on one item: no split is needed)",
+            )
 
     def _child_item(
         self,
@@ -241,7 +275,17 @@ class TallyWriter(GuardedWriter):
         done = _DONE[write.operation]
         rule = write.rule
         writes = [child]
-        writes += [parent_update(self.table_name, k, rule, d, self._keys) for k, d in parents]
+        split = self._split(rule, parents)
+        if split:
+            # This Region's shard takes the delta, and the parent is only checked.
+            writes += [
+                parent_update(self.table_name, k, rule, d, self._keys, shard=True) for k, d in split
+            ]
+            assert self.region is not None
+            region = self.region
+            writes += [parent_check(self.table_name, k, self._keys, region) for k, _ in parents]
+        else:
+            writes += [parent_update(self.table_name, k, rule, d, self._keys) for k, d in parents]
         if (through := stamps.stamping(rule)) is not None:
             self._stamp(write, through, writes, parents, current)
         guard = [self.guards.put(write.keyed, done)] if write.keyed else []
@@ -256,8 +300,11 @@ class TallyWriter(GuardedWriter):
             if amount is not None:
                 message = f"the parent's {rule.counter!r} would pass ±{total_limit(rule)}"
                 beyond = InvalidRequestError(amount, message)
-            for position, (key, delta) in enumerate(parents, start=1):
+            for position, (key, delta) in enumerate(split or parents, start=1):
                 raise_for_parent(cancelled, position, key, rule, delta, out_of_range=beyond)
+            for position, (key, _) in enumerate(parents, start=len(split) + 1):
+                if split and cancelled.failed(position):
+                    raise_for_split_parent(cancelled, position, key, self.region)
             raise
         except TransactionFailedError as failed:
             messages = _messages(failed)
@@ -272,14 +319,24 @@ class TallyWriter(GuardedWriter):
             if refusal is None:
                 raise
             # DynamoDB refused a number: find out whose, reading the parents (nothing written).
-            for key, _ in parents:
-                judge_parent(self._get(key), key, rule)
+            for key, _ in split or parents:
+                judge_parent(self._get(key) or ({} if split else None), key, rule)
             if amount is None:
                 raise
             raise InvalidRequestError(
                 amount, f"the parent's {rule.counter!r} cannot take it: {refusal}"
             ) from failed
         return WriteResult(done, attempts=committed.attempts)
+
+    def _split(
+        self, rule: TallyRule, parents: list[tuple[Key, Decimal]]
+    ) -> list[tuple[Key, Decimal]]:
+        """For a counter split per Region, each parent's delta on this Region's shard of it;
+        [] for any other counter."""
+        if rule.split is None:
+            return []
+        assert self.region is not None  # refused without one (``_refuse_split``)
+        return [(rule.shard_key(k, self.region, self._keys), d) for k, d in parents]
 
     def _stamp(
         self,
@@ -362,6 +419,16 @@ class TallyWriter(GuardedWriter):
             TableName=self.table_name, Key=self._key(key), ConsistentRead=True
         )
         return read_item(response.get("Item"))
+
+
+def raise_for_split_parent(
+    cancelled: Cancelled, position: int, key: Key, region: str | None
+) -> None:
+    """A split counter's parent check failed: the parent is gone, or homed elsewhere."""
+    old = cancelled.old_item(position)
+    if region is not None and (home := homed_elsewhere(old, region)):
+        raise ParentHomedElsewhereError(key, home, region)
+    raise ParentNotFoundError(key)
 
 
 def _done(done: mrsc_tallies.Done) -> WriteResult:

@@ -119,3 +119,10 @@ def test_on_mrsc_a_parent_is_never_contended_however_often_repaired() -> None:
     check = Contention(mode, log, parents)  # type: ignore[arg-type]
     assert check.escalated(RULES["likes"], POST, drift()) is None  # type: ignore[arg-type]
     assert parents.reads == 0
+
+
+def test_a_counter_split_per_region_is_never_contended_however_often_repaired() -> None:
+    check, log, parents = contention(50, {**POST, writes(US): 4, writes(EU): 2})
+    split = RULES["likes"].model_copy(update={"split": "region"})
+    assert check.escalated(split, POST, drift()) is None  # type: ignore[arg-type]
+    assert (log.asked, parents.reads) == ([], 0)  # not even counted: no shard races

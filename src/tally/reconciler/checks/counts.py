@@ -13,7 +13,7 @@ from decimal import Decimal
 from tally.core.numbers import exact_sum, subtract
 from tally.reconciler.checks.followups import Followups
 from tally.reconciler.findings import Finding, Repair, malformed_amount, shown
-from tally.reconciler.protocol import lifecycle, stamps
+from tally.reconciler.protocol import lifecycle, shards, stamps
 from tally.reconciler.protocol.judgement import (
     ChildTotal,
     ParentState,
@@ -269,6 +269,9 @@ class Counts:
         stored = verdict.stored
         if verdict.kind == "invalid_counter":
             stored = shown(stored)  # by type and size, never the value
+        details = verdict.details
+        if rule.split is not None and snapshot.parent.exists:
+            details = (*details, shards.described(snapshot.parent.base, snapshot.parent.shards))
         return Finding(
             kind=verdict.kind,
             rule=rule.name,
@@ -278,7 +281,7 @@ class Counts:
             stored=stored,
             actual=verdict.actual,
             evidence=tuple(group.evidence) if group else (),
-            detail="; ".join(verdict.details),
+            detail="; ".join(details),
             revision=snapshot.parent.revision,
             first_seen=group.first_seen if group else first_seen,
         )

@@ -204,8 +204,9 @@ class Contention:
     def escalated(self, rule: TallyRule, key: Key, finding: Finding) -> Finding | None:
         """The finding as ``contended`` when its parent is (then it is not repaired), else None.
         The parent is read only once the log shows enough repairs: a rare read. Never on
-        MRSC, where no increment is lost to last writer wins."""
-        if self.mode.strong:
+        MRSC, where no increment is lost to last writer wins, nor on a counter split per
+        Region, whose shards each take one Region's writes only."""
+        if self.mode.strong or rule.split is not None:
             return None
         since = self._log.clock() - CONTENDED_WINDOW_SECONDS
         repairs = self._log.repairs_since(rule.name, finding.key, since)

@@ -9,7 +9,8 @@ not what the index shows yet), ``stamps`` (parents that never rest: a moving par
 at a revision whose every change is proven known), ``repair`` (3. whether a finding may be
 repaired, and what the settings refuse), ``gaps`` (4. missing runs, duplicates, the counter
 against its members), ``batching`` (item collections verified at once), ``regions`` (a
-Global Table: the losses a Region reads from its own stream, and each parent's home Region).
+Global Table: the losses a Region reads from its own stream, and each parent's home Region),
+``shards`` (a counter split per Region: its total, and what its repair writes).
 The I/O around them (reads, fenced writes, the audit table, alerts) lives in
 ``tally.reconciler``'s other rooms.
 """

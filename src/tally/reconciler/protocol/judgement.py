@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from tally.core.numbers import ONE, add, counter_problem, fit, representable
+from tally.reconciler.protocol.shards import Shards
 from tally.rules import CountRule, Key, SequenceRule, SumRule, TallyRule
 
 Kind = Literal[
@@ -42,12 +43,18 @@ class ParentState:
     stamped_child: str | None = field(default=None, compare=False)
     # And what the writers' stamped changes added to the counter (``<stamp>Total``).
     stamped_total: Any = field(default=None, compare=False)
+    # A counter split per Region (``protocol.shards``): ``counter`` is the total, ``base``
+    # the parent's own counter attribute, ``shards`` each Region's shard as read.
+    base: Any = _ABSENT
+    shards: Shards = ()
 
     def same_as(self, other: ParentState) -> bool:
-        return (self.exists, self.counter, self.revision) == (
+        return (self.exists, self.counter, self.revision, self.base, self.shards) == (
             other.exists,
             other.counter,
             other.revision,
+            other.base,
+            other.shards,
         )
 
 

@@ -21,6 +21,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from tally.reconciler.findings import AlertMessage, Finding, Repair
+from tally.reconciler.protocol import shards
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.repair.policy import RepairPolicy
 from tally.reconciler.report.reporter import Reporter
@@ -36,6 +37,15 @@ Written = TypeVar("Written")
 FencedWrite = Callable[[str, Sequence[Mapping[str, Any]] | None], Written]
 # Why a VOID tombstone is not written where transactions are refused.
 NO_TRANSACTION = "a VOID tombstone needs a transaction, which this (MRSC) table refuses"
+# Why a counter split per Region is not repaired: by the home Region only, in its own shard.
+NO_HOME_SHARD = (
+    "a counter split per Region is repaired in the home Region's own shard, by the home "
+    "Region's reconciler: this one runs on no Global Table (GLOBAL_REGIONS)"
+)
+NO_SPLIT_TRANSACTION = (
+    "a split counter's repair fences every shard in one transaction, which this (MRSC) "
+    "table refuses"
+)
 
 
 class Repairer:
@@ -51,6 +61,8 @@ class Repairer:
         reporter: Reporter,
         *,
         apart: bool = False,
+        home: str | None = None,
+        regions: tuple[str, ...] = (),
     ):
         self._table = table
         self._log, self._standing, self._outbox = log, standing, outbox
@@ -58,6 +70,9 @@ class Repairer:
         self._reporter = reporter
         # MRSC: the counted table refuses transactions, so its write goes apart from the log.
         self.apart = apart
+        # A Global Table's home Region (and its Regions): where a split counter is repaired,
+        # in the home Region's own shard. None: no split counter is repaired here.
+        self.home, self.regions = home, regions
 
     def writes(self, rule: AnyRule) -> bool:
         """Whether a repair of this rule could be written now (budget aside)."""
@@ -74,6 +89,8 @@ class Repairer:
         """Set the finding's counter to ``value``, fenced on the ``state`` it was judged on.
         None: not allowed (the finding is alerted as it stands); False: the fence failed,
         nothing was written; True: repaired and announced."""
+        if isinstance(rule, TallyRule) and rule.split is not None:
+            return self._set_split(rule, finding, why, state, value)
         key = finding.key
         return self._write(
             rule,
@@ -83,6 +100,35 @@ class Repairer:
             {rule.counter: value},
             lambda marker, logged: self._table.set_counter(rule, key, state, value, marker, logged),
             committed=True,
+        )
+
+    def _set_split(
+        self, rule: TallyRule, finding: Finding, why: str, state: ParentState, value: Decimal
+    ) -> bool | None:
+        """A split counter's total set to ``value`` through the home Region's own shard, in
+        one transaction fenced on the parent and every shard as judged
+        (``FencedWrites.set_split``)."""
+        key, home, refusal = finding.key, self.home, None
+        after = None
+        if home is None:
+            refusal = NO_HOME_SHARD
+        elif self.apart:
+            refusal = NO_SPLIT_TRANSACTION
+        elif isinstance(state.counter, Decimal):
+            after = shards.home_after(dict(state.shards).get(home), state.counter, value)
+            refusal = None if after is not None else "the home shard cannot hold the total"
+        shard = rule.shard_key(key, home or "", self._table.rules.table)
+        return self._write(
+            rule,
+            finding,
+            Repair("applied", f"{why}, through the shard of {home}", finding.stored, value),
+            lambda: shard,
+            {rule.counter: after},
+            lambda marker, logged: self._table.set_counter(
+                rule, key, state, value, marker, logged, shard_region=home, regions=self.regions
+            ),
+            committed=True,
+            refusal=refusal,
         )
 
     def put_void(

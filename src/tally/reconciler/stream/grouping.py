@@ -138,6 +138,8 @@ _Seen = tuple[Mapping[str, Any], str, Key, Mapping[str, Any], Mapping[str, Any],
 def _fold_match(group: Group, match: Match, seen: _Seen) -> None:
     if match.role == "parent":
         _fold_parent(group, seen)
+    elif match.role == "shard":
+        _fold_shard(group, seen)
     elif match.role == "child":
         _fold_child(group, seen)
     elif match.role == "indexed":
@@ -189,6 +191,32 @@ def _fold_parent(group: Group, seen: _Seen) -> None:
         if group.counter_before is None:
             group.counter_before = before_n
         group.deltas.append((sequence_number, delta))
+
+
+def _fold_shard(group: Group, seen: _Seen) -> None:
+    """One Region's shard of a counter split per Region: its change is the counter's (the
+    counter is the parent's base and every shard's). A shard removed takes its part away."""
+    _, event, keys, old, new, sequence_number, at = seen
+    rule = group.rule
+    before, after = attr(old, rule.counter), attr(new, rule.counter)
+    if before == after:
+        return
+    evidence = Evidence(sequence_number, event, keys, shown_value(before), shown_value(after), at)
+    group.evidence.append(evidence)
+    if not valid_number(after):
+        group.invalid.append(Invalid(keys, rule.counter, shown(after), evidence))
+        return
+    before_n = before if isinstance(before, Decimal) else Decimal(0)
+    after_n = after if isinstance(after, Decimal) else Decimal(0)
+    delta = subtract(after_n, before_n)
+    group.counter_delta = add(group.counter_delta, delta)
+    group.deltas.append((sequence_number, delta))
+
+
+def valid_number(value: Any) -> bool:
+    """A shard's part: absent (0) or a finite number; a count's shard may be negative (a
+    Region removes children another Region made), so only the total is judged whole."""
+    return value is MISSING or (isinstance(value, Decimal) and value.is_finite())
 
 
 def _state_after(rule: AnyRule, event: str, counter: Any, new: Mapping[str, Any]) -> str:

@@ -16,6 +16,8 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 
 from tally.core.dynamodb import Cancelled, Names, serialize, transact
+from tally.core.regions import ORIGIN
+from tally.reconciler.protocol import shards
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.table.access import ABSENT, TableAccess
 from tally.reconciler.table.void_keys import VOID, void_key
@@ -44,10 +46,19 @@ class FencedWrites(TableAccess):
         value: Decimal,
         marker: str,
         logged: Sequence[Mapping[str, Any]] | None,
+        *,
+        shard_region: str | None = None,
+        regions: Sequence[str] = (),
     ) -> bool:
         """SET counter = value, only if the parent still exists with the counter and revision
         that were verified: a repair never creates a parent, nor writes over a non-number.
-        With ``logged``, in one transaction with those audit items; None: the write alone."""
+        With ``logged``, in one transaction with those audit items; None: the write alone.
+
+        A counter split per Region is set through ``shard_region``'s shard (``set_split``)."""
+        if isinstance(rule, TallyRule) and rule.split is not None:
+            if shard_region is None or logged is None:
+                raise ValueError(f"{rule.name}: a split counter is repaired in one transaction")
+            return self.set_split(rule, key, verified, value, marker, logged, shard_region, regions)
         if not verified.exists or not _number_or_absent(verified.counter):
             raise ValueError(f"{rule.name}: a repair writes only over a number it has judged")
         names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER)
@@ -79,6 +90,89 @@ class FencedWrites(TableAccess):
         if logged is None:
             return self._fenced_alone(item["Update"], marker)
         return self._fenced([item, *logged])
+
+    def set_split(
+        self,
+        rule: TallyRule,
+        key: Key,
+        verified: ParentState,
+        value: Decimal,
+        marker: str,
+        logged: Sequence[Mapping[str, Any]],
+        home: str,
+        regions: Sequence[str],
+    ) -> bool:
+        """Set a split counter's total to ``value`` through the ``home`` Region's own shard
+        (``protocol.shards.home_after``), in one transaction fenced on the whole state that
+        was judged: the parent exists with its base and revision as read, every shard read
+        holds its counter as read, and every other Region of ``regions`` still has none. A
+        writer's shard write (or the parent's removal) between the judgement and this write
+        fails the transaction: nothing is written. False then."""
+        if not verified.exists or not isinstance(verified.counter, Decimal):
+            raise ValueError(f"{rule.name}: a repair writes only over a number it has judged")
+        read = dict(verified.shards)
+        after = shards.home_after(read.get(home), verified.counter, value)
+        if after is None:
+            raise ValueError(f"{rule.name}: the home shard cannot hold the repaired total")
+        names = Names.of(self._pk, rule.counter, rule.revision, REPAIR_MARKER, ORIGIN)
+        counter = names[rule.counter]
+        parent = [f"attribute_exists({names[self._pk]})", _fence(counter, ":base", verified.base)]
+        values: dict[str, Any] = {}
+        if verified.base is not ABSENT:
+            values[":base"] = verified.base
+        else:  # a NULL base reads as absent (0), as judged
+            parent[-1] += f" OR attribute_type({counter}, :null)"
+            values[":null"] = "NULL"
+        if rule.revision:
+            parent.append(_fence(names[rule.revision], ":revision", verified.revision))
+            if verified.revision is not ABSENT:
+                values[":revision"] = verified.revision
+        actions: list[Mapping[str, Any]] = [self._check(key, parent, names, values)]
+        for region in sorted({*read, *regions} - {home}):
+            stored = {":stored": read[region]} if read.get(region) is not None else {}
+            fence = [_fence(counter, ":stored", read.get(region))]
+            actions.append(
+                self._check(rule.shard_key(key, region, self.rules.table), fence, names, stored)
+            )
+        home_fence = _fence(counter, ":stored", read.get(home))
+        home_values: dict[str, Any] = {":value": after, ":marker": marker, ":origin": home}
+        if read.get(home) is not None:
+            home_values[":stored"] = read[home]
+        actions.append(
+            {
+                "Update": {
+                    "TableName": self.name,
+                    "Key": self._key(rule.shard_key(key, home, self.rules.table)),
+                    "UpdateExpression": (
+                        f"SET {counter} = :value, {names[REPAIR_MARKER]} = :marker, "
+                        f"{names[ORIGIN]} = :origin"
+                    ),
+                    "ConditionExpression": home_fence,
+                    "ExpressionAttributeNames": names.subset(rule.counter, REPAIR_MARKER, ORIGIN),
+                    "ExpressionAttributeValues": serialize(home_values),
+                }
+            }
+        )
+        return self._fenced([*actions, *logged])
+
+    def _check(
+        self, key: Key, fences: Sequence[str], names: Names, values: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A ConditionCheck of ``key`` on every fence, with the names and values they use
+        (DynamoDB refuses unused ones; the placeholders are #a0..#a4, none a prefix of
+        another's)."""
+        condition = " AND ".join(f"({f})" for f in fences)
+        used = {n: a for n, a in names.expression_names.items() if n in condition}
+        check: dict[str, Any] = {
+            "TableName": self.name,
+            "Key": self._key(key),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": used,
+        }
+        bound = {p: v for p, v in values.items() if p in condition}
+        if bound:
+            check["ExpressionAttributeValues"] = serialize(bound)
+        return {"ConditionCheck": check}
 
     def decrement(
         self,

@@ -11,7 +11,7 @@ from typing import Any
 
 from tally.core.dynamodb import Names, deserialize, serialize
 from tally.core.numbers import NULL, add, number
-from tally.reconciler.protocol import window
+from tally.reconciler.protocol import shards, window
 from tally.reconciler.protocol.judgement import ChildTotal, ParentState
 from tally.reconciler.protocol.window import Noted
 from tally.reconciler.table.access import ABSENT, TableAccess
@@ -50,11 +50,45 @@ class ParentReads(TableAccess):
         if revision is None and rule.revision in item:
             revision = NULL  # a NULL revision is no absent one: no repair can bump it
         held = tuple(s if isinstance(s := item.get(name), str) else "" for name in stamps)
+        if isinstance(rule, TallyRule) and rule.split is not None:
+            base = item.get(rule.counter, ABSENT)
+            parts = self.read_shards(rule, key, consistent=consistent)
+            return ParentState(True, shards.total(base, parts), revision, base=base, shards=parts)
         if not held:
             return ParentState(True, item.get(rule.counter, ABSENT), revision)
         counter = item.get(rule.counter, ABSENT)
         stamped = item.get(total) if total else None
         return ParentState(True, counter, revision, held[:-1], held[-1] or None, stamped)
+
+    def read_shards(self, rule: TallyRule, key: Key, *, consistent: bool = True) -> shards.Shards:
+        """A split counter's shards, by Region (sorted), each with its counter as read: one
+        query of the parent's item collection under the shard prefix (absent: None)."""
+        assert self._sk is not None
+        names = Names.of(self._pk, self._sk, rule.counter)
+        prefix = rule.shard_prefix(self.rules.table)
+        pages = self.client.get_paginator("query").paginate(
+            TableName=self.name,
+            KeyConditionExpression=(
+                f"{names[self._pk]} = :pk AND begins_with({names[self._sk]}, :prefix)"
+            ),
+            ProjectionExpression=", ".join(names[a] for a in (self._pk, self._sk, rule.counter)),
+            ExpressionAttributeNames=names.expression_names,
+            ExpressionAttributeValues=serialize(
+                {":pk": self._value(key, self._pk), ":prefix": prefix}
+            ),
+            ConsistentRead=consistent,
+            ReturnConsumedCapacity="TOTAL",
+        )
+        found: list[tuple[str, Any]] = []
+        for page in pages:
+            self.reads.add(page, page["ScannedCount"])
+            for raw in page["Items"]:
+                item = deserialize(raw)
+                value = item.get(rule.counter, ABSENT)
+                if value is None and rule.counter in item:
+                    value = NULL  # a NULL is no number: judged invalid, never read as 0
+                found.append((str(item[self._sk])[len(prefix) :], value))
+        return tuple(sorted(found))
 
     def parent_item(self, key: Key) -> dict[str, Any]:
         """The whole parent, consistently read ({} when it is gone): for the rare look at
