@@ -4,7 +4,8 @@ explain; it alerts the stalled link once, and judges once the link is live again
 
 Driven as a user drives it: `tally local up --regions`, the project's writer in the second
 Region, an outsider's write in the home Region, `tally pump` (each Region's real handler in
-a process of its own, the heartbeats' schedule played by the pump), `tally alerts`. The stall
+a process of its own; the heartbeats' schedule played by the stack's emulator process),
+`tally alerts`. The stall
 is made certain, not timed: the second Region is cut off (it keeps taking its own writes, held
 for the others) for longer than the settle window and a heartbeat."""
 

@@ -11,6 +11,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
+from tally.reconciler.table.heartbeats import HeartbeatKeyError
 
 
 @logger.inject_lambda_context
@@ -20,6 +21,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     mode = runtime.global_mode()
     if mode is None:
         return {"skipped": "not a Global Table: no Region to beat to"}
+    try:
+        beats = runtime.heartbeats()
+    except HeartbeatKeyError as error:  # no Region of this table beats: links are not judged
+        logger.warning("no heartbeat", extra={"reason": str(error)})
+        return {"skipped": str(error)}
     now = Decimal(time.time_ns() // 1_000_000) / 1000
-    runtime.heartbeats().beat(mode.region, now)
+    beats.beat(mode.region, now)
     return {"region": mode.region, "beatAt": str(now)}

@@ -143,8 +143,8 @@ class Finding:
     def _state(self) -> Any:
         if self.kind in ("drift", "ttl_removal") and _numbers(self.stored, self.actual):
             return subtract(self.stored or Decimal(0), self.actual)
-        if self.kind in ("gap", "duplicate", "orphans"):
-            return None
+        if self.kind in ("gap", "duplicate", "orphans", "replication_stalled"):
+            return None  # (a stalled link: one finding per link, standing until it is live)
         return [self.stored, self.actual]
 
     @property

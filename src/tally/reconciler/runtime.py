@@ -57,8 +57,11 @@ def global_mode() -> GlobalMode | None:
 
 
 def heartbeats() -> Heartbeats:
-    """The table's heartbeat items (a Global Table's), refused if a rule claims their key."""
-    return Heartbeats.of(_clients()[0], settings().table_name, rules())
+    """The table's heartbeat items (a Global Table's), refused if a rule claims their key or
+    a key attribute is not a string."""
+    mode = global_mode()
+    regions = mode.regions if mode else ()
+    return Heartbeats.of(_clients()[0], settings().table_name, rules(), regions)
 
 
 def at_home() -> bool:
@@ -179,7 +182,8 @@ def emit_metrics(verified: Reconciler) -> None:
         metrics.add_metric(name="ConsistencyShare", unit=MetricUnit.Percent, value=share)
     for lifetime in stats.drift_lifetimes:
         metrics.add_metric(name="DriftLifetime", unit=MetricUnit.Seconds, value=lifetime)
-    metrics.add_metric(name="SettledFindingsHeld", unit=count, value=stats.held)
+    if verified.regions is not None:  # a Global Table's
+        metrics.add_metric(name="SettledFindingsHeld", unit=count, value=stats.held)
     for source, lag in stats.replication_lags:
         with single_metric(
             name="ReplicationLag", unit=MetricUnit.Seconds, value=lag, namespace=metrics.namespace

@@ -130,7 +130,9 @@ class Reconciler:
         self._regions = (
             None
             if regions is None
-            else RegionLosses(regions, rules, table.client, table.name, reporter, scheduler.send)
+            else RegionLosses(
+                regions, rules, table.client, table.name, reporter, scheduler.send, links
+            )
         )
 
     # --- modes and outcomes, read-only ---------------------------------------------------

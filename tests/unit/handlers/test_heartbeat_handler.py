@@ -103,7 +103,7 @@ def test_a_rule_claiming_the_heartbeat_key_or_a_numeric_key_is_refused() -> None
         }
     )
     with pytest.raises(HeartbeatKeyError, match="rule 'everything' claims the heartbeat key"):
-        Heartbeats.of(object(), TABLE, claims)
+        Heartbeats.of(object(), TABLE, claims, ("us-east-1", "eu-west-1"))
     numeric = parse_rules(
         {
             "table": {"partition_key": "team", "sort_key": "sk", "partition_key_type": "N"},
@@ -118,10 +118,28 @@ def test_a_rule_claiming_the_heartbeat_key_or_a_numeric_key_is_refused() -> None
             ],
         }
     )
-    with pytest.raises(HeartbeatKeyError, match="'team' is a N"):
-        Heartbeats.of(object(), TABLE, numeric)
+    with pytest.raises(HeartbeatKeyError, match="key attribute 'team' is a N"):
+        Heartbeats.of(object(), TABLE, numeric, ("eu-west-1",))
+    numeric_sort = parse_rules(
+        {
+            "table": {"partition_key": "PK", "sort_key": "n", "sort_key_type": "N"},
+            "rules": [
+                {
+                    "name": "members",
+                    "kind": "count",
+                    "parent": {"PK": "TEAM#*", "n": "0"},
+                    "children": {"n": "*"},
+                    "counter": "members",
+                }
+            ],
+        }
+    )
+    with pytest.raises(HeartbeatKeyError, match="key attribute 'n' is a N"):
+        Heartbeats.of(object(), TABLE, numeric_sort, ("eu-west-1",))
     # The bundled rules leave the key alone.
-    assert Heartbeats.of(object(), TABLE, load_rules(DEFAULT_RULES_FILE)).key("eu-west-1") == {
+    assert Heartbeats.of(object(), TABLE, load_rules(DEFAULT_RULES_FILE), ("eu-west-1",)).key(
+        "eu-west-1"
+    ) == {
         "PK": "tally#heartbeat#eu-west-1",
         "SK": "tally#heartbeat",
     }
@@ -131,5 +149,5 @@ def test_no_rule_file_in_the_repository_claims_the_heartbeat_key() -> None:
     root = Path(__file__).resolve().parents[3]
     for path in [DEFAULT_RULES_FILE, *sorted((root / "examples").rglob("rules.toml"))]:
         rules = load_rules(path)
-        if rules.table.partition_key_type == "S":
-            Heartbeats.of(object(), TABLE, rules)
+        if all(rules.table.type_of(name) == "S" for name in rules.table.names):
+            Heartbeats.of(object(), TABLE, rules, ("us-east-1", "eu-west-1", "ap-southeast-2"))

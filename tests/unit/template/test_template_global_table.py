@@ -157,6 +157,11 @@ def test_every_region_beats_once_a_minute_and_a_single_region_stack_not_at_all(
     single = Deployment({})
     assert schedules(single, "HeartbeatFunction") == []
     assert "HeartbeatFunction" not in of_type(single, "AWS::Lambda::Function")
+    # On MRSC nothing lags: no heartbeat (nor its log group and alarm).
+    strong = Deployment(REPLICA | {"GlobalConsistency": "strong", "HomeRegion": REGION})
+    assert not {"HeartbeatFunction", "HeartbeatLogGroup", "HeartbeatErrorsAlarm"} & set(
+        strong.resources
+    )
 
 
 def test_a_single_region_stack_is_unchanged() -> None:

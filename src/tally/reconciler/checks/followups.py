@@ -25,6 +25,7 @@ class Followups:
         self._reporter = reporter
         self._scheduler = scheduler
         self.schedule = scheduler.schedule  # a recheck later, and why
+        self.send = scheduler.send  # a recheck as it is, later
         # A counter an aggregator keeps, changed: a look a lag later, or one on its way.
         self.look_at_aggregated = scheduler.look_at_aggregated
 

@@ -36,7 +36,7 @@ class ReplicationLinks:
     def __init__(
         self,
         mode: GlobalMode,
-        beats: Heartbeats,
+        beats: Heartbeats | None,
         links: Links,
         reporter: Reporter,
         book: StatsBook,
@@ -50,7 +50,9 @@ class ReplicationLinks:
         self._book = book
         self._table = table_name
         self._clock = clock
-        self._behind: list[Behind] | None = None  # judged once per invocation
+        # Judged at most once a heartbeat interval in an invocation (a long audit sleeps).
+        self._behind: tuple[float, list[Behind]] | None = None
+        self._alerted: set[str] = set()  # links alerted stalled by this invocation
 
     def hear(self, records: Iterable[Mapping[str, Any]]) -> int:
         """Note each heartbeat of another Region's in ``records``; how many. A record that
@@ -71,51 +73,60 @@ class ReplicationLinks:
         return heard
 
     def behind(self) -> list[Behind]:
-        """The links a settled finding cannot wait out now; none on MRSC (a write is in every
-        Region when it is answered)."""
-        if self.mode.strong:
+        """The links a settled finding cannot wait out now. None on MRSC (a write is in every
+        Region when it is answered), nor on a table whose keys cannot hold a heartbeat (its
+        Regions never beat: documented, docs/global-tables.md)."""
+        if self.mode.strong or self._beats is None:
             return []
-        if self._behind is None:
+        now = self._clock()
+        if self._behind is None or now - self._behind[0] >= self.mode.heartbeat_seconds:
             sources = self.mode.sources
-            beats = self._beats.newest(sources)
-            now = Decimal(str(self._clock()))
-            self._behind = links_behind(
+            behind = links_behind(
                 sources,
-                beats,
+                self._beats.newest(sources),
                 self._links.links(sources),
-                now,
+                Decimal(str(now)),
                 self.mode.settle_seconds,
                 self.mode.heartbeat_seconds,
             )
-        return self._behind
+            self._behind = (now, behind)
+            if self.mode.at_home:  # a stall that ended: the next one is news
+                late = {b.source for b in behind if b.why != "slow"}
+                for source in set(sources) - late:
+                    self._reporter.clear_standing(RULE, self._link_key(source))
+        return self._behind[1]
 
-    def held(self) -> str | None:
-        """Why a settled finding must wait (each stalled or unheard link alerted once per
-        stall), or None when every link is live and inside the window."""
+    def held(self, *, alert: bool = True) -> str | None:
+        """Why a settled finding must wait, or None when every link is live and inside the
+        window. With ``alert`` (the home Region), a stalled or unheard link is alerted, once
+        per stall: its finding's identity is the link, and stands until the link is live."""
         behind = self.behind()
         if not behind:
             return None
         self._book().held += 1
         for link in behind:
-            if link.why != "slow":
+            if alert and link.why != "slow" and link.source not in self._alerted:
+                self._alerted.add(link.source)
                 self._reporter.alert_unrepaired(self._stalled(link))
         return "; ".join(b.describe() for b in behind)
 
+    def _link_key(self, source: str) -> dict[str, str]:
+        return {"source": source, "region": self.mode.region}
+
     def _stalled(self, link: Behind) -> Finding:
-        """One finding per stall: its identity is the newest beat heard (the same while the
-        link stays stalled; a new stall after it came back is a new finding)."""
+        """The link's finding: ``stored`` when the newest heartbeat the replica holds beat."""
         beat = None if link.beat_at is None else epoch_iso(float(link.beat_at))
         finding = Finding(
             kind="replication_stalled",
             rule=RULE,
             table=self._table,
-            key={"source": link.source, "region": self.mode.region},
+            key=self._link_key(link.source),
             attribute=BEAT_AT,
             stored=beat,
             actual=None,
             detail=(
                 f"{link.describe()}; settled findings wait (no repair, no alert) until it is "
-                f"live again (window {self.mode.settle_seconds} s + one heartbeat, "
+                f"live again (window {self.mode.settle_seconds} s + two heartbeats of "
                 f"{self.mode.heartbeat_seconds} s)"
             ),
             region=self.mode.region,

@@ -12,6 +12,7 @@ from tally.reconciler.checks.counts import Counts, Snapshot, reference_state
 from tally.reconciler.checks.followups import Followups, observation
 from tally.reconciler.checks.links import ReplicationLinks
 from tally.reconciler.checks.regions import ESCALATED, Contention
+from tally.reconciler.findings import Finding
 from tally.reconciler.protocol import lifecycle, stamps
 from tally.reconciler.protocol.judgement import ParentState
 from tally.reconciler.protocol.lifecycle import Observed
@@ -149,12 +150,14 @@ class Looks:
         finding = self._counts.judged(rule, key, snapshot, None, None, done)
         if snapshot is None or finding is None:
             return
+        assert rule.through is not None
+        grace = rule.through.grace_seconds
+        if self._held(rule, key, finding, observed, grace, state):
+            return
         if finding.kind == "orphans":  # a second look of its own, an orphan grace later
             self._followups.judge_orphans(rule, key, finding, observed)
             return
         seen = observation(finding)
-        assert rule.through is not None
-        grace = rule.through.grace_seconds
         if not lifecycle.held(observed, seen):
             self._followups.unconfirmed(finding)
             self._followups.schedule(
@@ -224,6 +227,8 @@ class Looks:
             return
         finding = self._counts.judged(rule, key, snapshot, None, None, done)
         if finding is None:
+            return
+        if self._held(rule, key, finding, observed, grace, reference_state(rule, snapshot.parent)):
             return
         if finding.kind == "orphans":  # a second look of its own, an orphan grace later
             self._followups.judge_orphans(rule, key, finding, None)
@@ -298,6 +303,26 @@ class Looks:
         if finding is None or not lifecycle.held(observed, observation(finding)):
             return snapshot
         return self._counts.settled_recount(rule, key)
+
+    def _held(
+        self,
+        rule: TallyRule,
+        key: Key,
+        finding: Finding,
+        observed: Observed | None,
+        delay: int,
+        reference: str,
+    ) -> bool:
+        """On a Global Table's home Region, whether a finding found through an index waits for
+        a replication link that is behind (``checks.links``): looked at again ``delay`` later,
+        from ``reference``, with what the look before saw."""
+        waiting = self._links.held() if self._links is not None else None
+        if not waiting:
+            return False
+        self._followups.unconfirmed(finding)
+        reason = f"held: {waiting}"
+        self._followups.schedule(rule, key, 0, reason, observed, delay=delay, reference=reference)
+        return True
 
     def _look_again(
         self, rule: TallyRule, key: Key, state: str, observed: Observed | None, looks: int

@@ -26,6 +26,7 @@ from typing import Any
 
 from tally.core.dynamodb import deserialize, serialize
 from tally.core.regions import CHILD_ID, ORIGIN, is_regional
+from tally.reconciler.checks.links import ReplicationLinks
 from tally.reconciler.findings import Finding, Repair
 from tally.reconciler.protocol.regions import (
     CONTENDED_WINDOW_SECONDS,
@@ -56,8 +57,12 @@ class RegionLosses:
         table_name: str,
         reporter: Reporter,
         send: Callable[[Recheck, int], None] | None = None,
+        links: ReplicationLinks | None = None,
     ):
+        """``links``: this Region's replication links; with three Regions or more, a loss
+        waits while one is behind (the child may still come back from the Region behind)."""
         self.mode = mode
+        self._links = links
         self._rules = rules
         self._client = client
         self._table = table_name
@@ -97,6 +102,10 @@ class RegionLosses:
         still lost); whether it was. Between two Regions a child replaced is replaced for
         good (only the two of them write it); with a third, a newer version that holds it
         can still be on its way from the third, so the loss waits for replication to settle."""
+        waiting = self._links.held(alert=self.mode.at_home) if self._links is not None else None
+        if waiting and self._send is not None:
+            self._send(replace(recheck, reason=f"held: {waiting}"), self.mode.settle_seconds)
+            return False
         lost = recheck.lost or {}
         try:
             payload = json.loads(lost.get("payload", "{}"))

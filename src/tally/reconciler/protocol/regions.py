@@ -195,8 +195,9 @@ def links_behind(
     "Heartbeats"), from the heartbeats this Region's replica holds (``beats``: when each
     source last beat, as far as replication brought it) and the lags its stream measured
     (``heard``): none in the replica (**unheard**); its newest heartbeat here older than the
-    settle window and one beat interval (**stalled**: the beats after it are held somewhere,
-    and so may be writes); or the lag last measured on it longer than the window (**slow**).
+    settle window and two beat intervals (**stalled**: the beats after it are held somewhere,
+    and so may be writes; one beat missed, a scheduled invocation failed, is not a stall); or
+    the lag last measured on it longer than the window (**slow**).
     An imbalance is evidence only once every link is live and inside the window."""
     behind: list[Behind] = []
     for source in sources:
@@ -206,7 +207,7 @@ def links_behind(
             continue
         age = now - beat_at
         link = heard.get(source)
-        if age > settle_seconds + heartbeat_seconds:
+        if age > settle_seconds + 2 * heartbeat_seconds:
             behind.append(Behind(source, "stalled", beat_at, age))
         elif link is not None and link.lag > settle_seconds:
             behind.append(Behind(source, "slow", beat_at, lag=link.lag))

@@ -26,22 +26,32 @@ class Heartbeats:
         self._keys = (partition_key, sort_key)
 
     @classmethod
-    def of(cls, client: Any, table_name: str, rules: RuleSet) -> Heartbeats:
-        """The heartbeats of the table the rules describe, refused if a rule claims their key
-        or the partition key is not a string."""
+    def of(
+        cls, client: Any, table_name: str, rules: RuleSet, regions: tuple[str, ...]
+    ) -> Heartbeats:
+        """The heartbeats of the table the rules describe, for ``regions``; refused if a key
+        attribute is not a string or a rule claims one of their keys."""
+        problem = cls.problem(rules, regions)
+        if problem:
+            raise HeartbeatKeyError(problem)
         table = rules.table
-        if table.partition_key_type != "S":
-            raise HeartbeatKeyError(
-                f"partition key {table.partition_key!r} is a {table.partition_key_type}: the "
-                "heartbeat item needs a string key"
-            )
-        key = heartbeat_key(table.partition_key, table.sort_key, "any-region")
-        claimed = [m.rule.name for m in rules.classify(key)]
-        if claimed:
-            raise HeartbeatKeyError(
-                f"rule {claimed[0]!r} claims the heartbeat key {key}: narrow its key patterns"
-            )
         return cls(client, table_name, table.partition_key, table.sort_key)
+
+    @staticmethod
+    def problem(rules: RuleSet, regions: tuple[str, ...]) -> str | None:
+        """Why the table cannot hold the Regions' heartbeats, or None."""
+        table = rules.table
+        for name in (table.partition_key, table.sort_key):
+            if name is not None and table.type_of(name) != "S":
+                return f"key attribute {name!r} is a {table.type_of(name)}: heartbeats need strings"
+        for region in regions:
+            key = heartbeat_key(table.partition_key, table.sort_key, region)
+            claimed = [m.rule.name for m in rules.classify(key)]
+            if claimed:
+                return (
+                    f"rule {claimed[0]!r} claims the heartbeat key {key}: narrow its key patterns"
+                )
+        return None
 
     def key(self, region: str) -> dict[str, str]:
         return heartbeat_key(*self._keys, region)

@@ -30,5 +30,11 @@ class TallyTable(TableAccess):
         self.parents = ParentReads(client, table_name, rules, self.backoff, self.reads)
         self.members = MemberReads(self.parents)  # on the same client, counting the same reads
         self.writes = FencedWrites(client, table_name, rules, self.backoff, self.reads)
-        table = rules.table  # a Global Table's heartbeat items (the home Region reads them)
-        self.heartbeats = Heartbeats(client, table_name, table.partition_key, table.sort_key)
+        # A Global Table's heartbeat items (read before a settled finding acts); None on a
+        # table whose keys cannot hold them (or a rule claims): its Regions never beat.
+        table = rules.table
+        self.heartbeats = (
+            None
+            if Heartbeats.problem(rules, ())
+            else Heartbeats(client, table_name, table.partition_key, table.sort_key)
+        )
