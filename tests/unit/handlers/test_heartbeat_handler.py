@@ -17,6 +17,7 @@ from tally.core.settings import settings
 from tally.reconciler import runtime
 from tally.reconciler.table.heartbeats import HeartbeatKeyError, Heartbeats
 from tally.rules import DEFAULT_RULES_FILE, load_rules, parse_rules
+from tests.unit.rules.test_stream_filter import NUMBERED_TEAMS
 from tests.utils import deserialize, lambda_context
 
 TABLE = "tally-table"
@@ -104,22 +105,8 @@ def test_a_rule_claiming_the_heartbeat_key_or_a_numeric_key_is_refused() -> None
     )
     with pytest.raises(HeartbeatKeyError, match="rule 'everything' claims the heartbeat key"):
         Heartbeats.of(object(), TABLE, claims, ("us-east-1", "eu-west-1"))
-    numeric = parse_rules(
-        {
-            "table": {"partition_key": "team", "sort_key": "sk", "partition_key_type": "N"},
-            "rules": [
-                {
-                    "name": "members",
-                    "kind": "count",
-                    "parent": {"team": "7", "sk": "META"},
-                    "children": {"sk": "MEMBER#*"},
-                    "counter": "members",
-                }
-            ],
-        }
-    )
     with pytest.raises(HeartbeatKeyError, match="key attribute 'team' is a N"):
-        Heartbeats.of(object(), TABLE, numeric, ("eu-west-1",))
+        Heartbeats.of(object(), TABLE, parse_rules(NUMBERED_TEAMS), ("eu-west-1",))
     numeric_sort = parse_rules(
         {
             "table": {"partition_key": "PK", "sort_key": "n", "sort_key_type": "N"},
