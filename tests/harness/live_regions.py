@@ -279,6 +279,8 @@ class Judged:
     live: bool = False
     lost_by_writer: Counter[str] = field(default_factory=Counter)  # children lost, by writer
     lost_to_own_region: int = 0  # seed children a later child of their own Region replaced
+    gaps: int = 0  # numbers alerted as gaps (alert-only on a Global Table)
+    false_gaps: int = 0  # of those, numbers whose member the settled table holds
 
     def counts(self) -> dict[str, int]:
         expected, alerted = self.expected_overwritten, self.alerted_overwritten
@@ -313,6 +315,8 @@ class Judged:
             "counter behind alerted outside home": sum(
                 c for (r, _), c in self.alerted_behind.items() if r != "us-east-1"
             ),
+            "numbers alerted as gaps": self.gaps,
+            "false positives (gaps: the member is there)": self.false_gaps,
         }
         if not self.live:  # the ground truth of a run judged once settled
             counts |= {
@@ -378,7 +382,7 @@ def judge(
     other: Counter[str] = Counter()
     latency: dict[str, list[float]] = {}
     home = stacks[0].region
-    away = 0
+    away = gaps = false_gaps = 0
     for alert in alerts:
         repair = alert.get("repair")
         status = repair.get("status") if isinstance(repair, dict) else repair
@@ -391,6 +395,14 @@ def judge(
             acked = written.acknowledged.get((alert["region"], key["PK"], key["SK"]))
             if acked is not None:
                 latency.setdefault("overwritten", []).append(_epoch(alert["detected_at"]) - acked)
+        elif alert["kind"] == "gap":
+            # Seed 003 leaves true gaps (a lost answer to its fenced ADD, then another
+            # number); a gap whose member the settled table holds was alerted falsely.
+            low = int(alert["number"])
+            numbers = range(low, int(alert.get("through") or low) + 1)
+            gaps += len(numbers)
+            false_gaps += sum((key["PK"], f"ISSUE#{n:010d}") in held for n in numbers)
+            other[f"gap in {alert['region']}"] += 1
         elif alert["kind"] == "drift" and key["PK"].startswith(("POST#", "ORDER#")):
             drift[(alert["region"], key["PK"])] += 1
             latency.setdefault("drift, from the writers' stop", []).append(
@@ -416,6 +428,8 @@ def judge(
         live,
         lost_by_writer,
         lost_at_home,
+        gaps,
+        false_gaps,
     )
 
 

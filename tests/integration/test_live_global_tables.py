@@ -89,6 +89,7 @@ def test_every_loss_is_alerted_once_by_the_region_that_can_prove_it(
         assert counts["counter behind alerted outside home"] == 0
         assert counts["repairs applied outside the home Region"] == 0
         assert counts["posts still off after settle, any Region"] == 0
+        assert counts["false positives (gaps: the member is there)"] == 0
         if not live:
             assert counts["false negatives (drift)"] == 0
             assert counts["false positives (drift)"] == 0
