@@ -376,6 +376,14 @@ AUDIT_SEED = [post(5, 6), *likes("7c20", "19ab", "e5b2"), *order("30.00", "20.00
 AUDIT_SEED += [issue_counter(2), *issues(1, 2)]
 
 
+def check_scheduled_beat(run: Run, response: Any) -> None:
+    # The template's defaults are a single-Region stack (no GlobalRegions), where the
+    # function is not even deployed: invoked anyway, it beats to no one and writes nothing.
+    assert response == {"skipped": "not a Global Table: no Region to beat to"}
+    for region in ("us-east-1", "eu-west-1", os.environ.get("AWS_REGION", "us-east-1")):
+        assert run.stack.item(f"tally#heartbeat#{region}", "tally#heartbeat") is None
+
+
 def check_scheduled_audit(run: Run, response: Any) -> None:
     assert set(response) == {
         "rules",
@@ -476,6 +484,7 @@ SCENARIOS: dict[str, Scenario] = {
         [issue_counter(4), *issues(1, 2, 4)], check_recheck_message
     ),
     "AuditFunction/scheduled_audit": Scenario(AUDIT_SEED, check_scheduled_audit),
+    "HeartbeatFunction/scheduled_beat": Scenario([post(0, 0)], check_scheduled_beat),
     "AuditQueryFunction/export_completed": Scenario([], check_audit_query),
     "AuditCandidatesFunction/candidate_batch": Scenario(
         [post(5, 6), *likes("7c20", "19ab", "e5b2"), issue_counter(4), *issues(1, 2, 4)],
