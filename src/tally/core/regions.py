@@ -40,6 +40,13 @@ def heartbeat_key(partition_key: str, sort_key: str | None, region: str) -> dict
     return key | ({sort_key: "tally#heartbeat"} if sort_key else {})
 
 
+def heartbeat_image(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The NewImage (wire format) of a Lambda stream record that writes a heartbeat item, or
+    None: the cheap test, made before anything is deserialized."""
+    new = (record.get("dynamodb") or {}).get("NewImage")
+    return new if isinstance(new, Mapping) and BEAT_AT in new else None
+
+
 def heartbeat(image: Mapping[str, Any] | None) -> tuple[str, Decimal] | None:
     """The Region and time (epoch seconds, its clock) of the heartbeat an item image is, if
     it is one."""

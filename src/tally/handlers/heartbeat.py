@@ -3,15 +3,13 @@ here by it (docs/global-tables.md, "Heartbeats")."""
 
 from __future__ import annotations
 
-import time
-from decimal import Decimal
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from tally.core.observability import logger, metrics, tracer
 from tally.reconciler import runtime
-from tally.reconciler.table.heartbeats import HeartbeatKeyError
+from tally.reconciler.table.heartbeats import HeartbeatKeyError, beat_time
 
 
 @logger.inject_lambda_context
@@ -26,6 +24,6 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     except HeartbeatKeyError as error:  # no Region of this table beats: links are not judged
         logger.warning("no heartbeat", extra={"reason": str(error)})
         return {"skipped": str(error)}
-    now = Decimal(time.time_ns() // 1_000_000) / 1000
+    now = beat_time()
     beats.beat(mode.region, now)
     return {"region": mode.region, "beatAt": str(now)}

@@ -7,16 +7,15 @@ the others, as a Region cut off in AWS keeps its schedule."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import boto3
 
-from tally.reconciler.table.heartbeats import Heartbeats
+from tally.reconciler.table.heartbeats import Heartbeats, beat_time
 
 
 @dataclass(frozen=True)
@@ -69,8 +68,6 @@ class Beats:
             )
             for region, endpoint in endpoints.items()
         }
-        self.beats = 0
-        self.missed = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
 
@@ -86,10 +83,8 @@ class Beats:
         while True:
             for region, hearts in self._hearts.items():
                 skew = int(self.schedule.skew_ms.get(region, 0))
-                try:
-                    hearts.beat(region, Decimal(time.time_ns() // 1_000_000 + skew) / 1000)
-                    self.beats += 1
-                except Exception:  # a Region not answering, a table not made yet: missed
-                    self.missed += 1
+                # A Region not answering, a table not made yet: that beat is missed.
+                with contextlib.suppress(Exception):
+                    hearts.beat(region, beat_time(skew))
             if self._stop.wait(self.schedule.seconds):
                 return

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tally.core.regions import BEAT_AT
+from tally.core.regions import heartbeat_image
 from tally.core.streams import StreamReader
 from tally.local.checkpoint import Checkpoint
 from tally.local.recheck_schedule import RecheckSchedule, waiting_line
@@ -36,11 +36,6 @@ QUIET_POLLS = 3
 MAX_OUTAGE_PAUSE = 2.0
 # The reconciler's carry window when the template does not say (CARRY_SECONDS).
 CARRY_SECONDS = 5.0
-
-
-def _heartbeat(record: dict[str, Any]) -> bool:
-    new = (record.get("dynamodb") or {}).get("NewImage")
-    return isinstance(new, dict) and BEAT_AT in new
 
 
 class PumpStopped(Exception):
@@ -285,7 +280,7 @@ class Pump:
                 self._save()
             # A Global Table's heartbeats come for as long as the stack runs: only the others
             # keep the pump from idle.
-            moved += sum(1 for r in records if not _heartbeat(r))
+            moved += sum(1 for r in records if heartbeat_image(r) is None)
         return moved
 
     def _gather(self) -> dict[str, list[dict[str, Any]]]:

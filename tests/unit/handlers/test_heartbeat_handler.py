@@ -14,6 +14,7 @@ import pytest
 from moto import mock_aws
 
 from tally.core.settings import settings
+from tally.local.template import create_table, load_template, template_path
 from tally.reconciler import runtime
 from tally.reconciler.table.heartbeats import HeartbeatKeyError, Heartbeats
 from tally.rules import DEFAULT_RULES_FILE, load_rules, parse_rules
@@ -41,18 +42,7 @@ def table(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
         monkeypatch.delenv(name, raising=False)
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="eu-west-1")
-        dynamodb.create_table(
-            TableName=TABLE,
-            KeySchema=[
-                {"AttributeName": "PK", "KeyType": "HASH"},
-                {"AttributeName": "SK", "KeyType": "RANGE"},
-            ],
-            AttributeDefinitions=[
-                {"AttributeName": "PK", "AttributeType": "S"},
-                {"AttributeName": "SK", "AttributeType": "S"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_table(dynamodb, load_template(template_path()), "Table", TABLE)  # the example's
         _clear()
         yield dynamodb
     _clear()

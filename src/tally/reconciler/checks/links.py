@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally.core.dynamodb import deserialize
-from tally.core.regions import BEAT_AT, heartbeat
+from tally.core.regions import BEAT_AT, heartbeat, heartbeat_image
 from tally.core.timefmt import epoch_iso
 from tally.reconciler.findings import Finding, Repair
 from tally.reconciler.protocol.regions import Behind, GlobalMode, links_behind
@@ -136,14 +136,11 @@ class ReplicationLinks:
 
 def _beat(record: Mapping[str, Any]) -> tuple[str, Decimal, Decimal | None] | None:
     try:
-        stream = record.get("dynamodb") or {}
-        new = stream.get("NewImage")
-        if not isinstance(new, Mapping) or BEAT_AT not in new:
-            return None  # the cheap test first
-        beat = heartbeat(deserialize(new))
+        new = heartbeat_image(record)
+        beat = None if new is None else heartbeat(deserialize(new))
         if beat is None:
             return None
-        arrived = stream.get("ApproximateCreationDateTime")
+        arrived = record["dynamodb"].get("ApproximateCreationDateTime")
         at = Decimal(str(arrived)) if isinstance(arrived, (int, float, Decimal)) else None
         return beat[0], beat[1], at
     except Exception:  # a forged or damaged record: not a heartbeat

@@ -101,12 +101,9 @@ class Looks:
             held = f"the same counter and truth {rule.lag_seconds} s apart: replication settled"
             why = f"the rule's repair is {rule.repair!r}: alerted, not repaired"
         settled = replace(finding, detail="; ".join(p for p in (finding.detail, held) if p))
-        waiting = self._links.held() if self._links is not None else None
-        if waiting:
-            # Replication from a Region is behind (checks.links): the writes it holds may be
-            # this imbalance's other half. Judged again a window later, from what this saw.
-            self._followups.unconfirmed(finding)
-            self._followups.schedule(rule, key, 0, f"held: {waiting}", seen)
+        # Replication from a Region is behind: the writes it holds may be this imbalance's
+        # other half. Judged again a window later, from what this saw.
+        if self._held(rule, key, finding, seen):
             return
         if rule.repair != "auto":
             self._followups.skip(settled, why)
@@ -310,12 +307,12 @@ class Looks:
         key: Key,
         finding: Finding,
         observed: Observed | None,
-        delay: int,
-        reference: str,
+        delay: int | None = None,
+        reference: str | None = None,
     ) -> bool:
-        """On a Global Table's home Region, whether a finding found through an index waits for
-        a replication link that is behind (``checks.links``): looked at again ``delay`` later,
-        from ``reference``, with what the look before saw."""
+        """On a Global Table's home Region, whether a finding waits for a replication link that
+        is behind (``checks.links``): looked at again ``delay`` later (default: the rule's
+        lag), from ``reference``, with ``observed``."""
         waiting = self._links.held() if self._links is not None else None
         if not waiting:
             return False

@@ -5,12 +5,19 @@ replica. No rule may claim their keys."""
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
 from tally.core.dynamodb import deserialize, serialize
 from tally.core.regions import BEAT_AT, ORIGIN, heartbeat, heartbeat_key
 from tally.rules import RuleSet
+
+
+def beat_time(skew_ms: int = 0) -> Decimal:
+    """Now, as a heartbeat stamps it: epoch seconds to the millisecond (plus a local Region's
+    emulated clock skew)."""
+    return Decimal(time.time_ns() // 1_000_000 + skew_ms) / 1000
 
 
 class HeartbeatKeyError(ValueError):
